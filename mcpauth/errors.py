@@ -1,0 +1,135 @@
+"""The mcpauth exception tree.
+
+    MCPAuthError
+    ├── ConfigurationError            bad settings, refused at start-up
+    └── OAuthError                    carries an RFC error code, an HTTP status and a description
+        ├── InvalidRequest            RFC 6749 §4.1.2.1 / §5.2
+        ├── InvalidClient             401, RFC 6749 §5.2
+        ├── InvalidGrant
+        ├── UnauthorizedClient
+        ├── UnsupportedGrantType
+        ├── UnsupportedResponseType
+        ├── InvalidScope
+        ├── AccessDenied
+        ├── ServerError
+        ├── TemporarilyUnavailable
+        ├── InvalidTarget             RFC 8707 §2
+        ├── InvalidClientMetadata     RFC 7591 §3.2.2
+        ├── InvalidRedirectUri        RFC 7591 §3.2.2
+        ├── InvalidToken              401, RFC 6750 §3.1
+        ├── InsufficientScope         403, RFC 6750 §3.1
+        └── TooManyRequests           429 with Retry-After
+
+Every OAuth error renders itself as the RFC's JSON body (``to_dict``); the HTTP layer of each
+part decides how to send it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class MCPAuthError(Exception):
+    """Root of every exception mcpauth raises on purpose."""
+
+
+class ConfigurationError(MCPAuthError):
+    """A setting is missing or invalid."""
+
+
+class OAuthError(MCPAuthError):
+    """An OAuth error response: wire ``error`` code, HTTP status and a human description."""
+
+    error: ClassVar[str] = "invalid_request"
+    status_code: ClassVar[int] = 400
+
+    def __init__(self, description: str = "", *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(description or self.error)
+        self.description = description
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def to_dict(self) -> dict[str, str]:
+        body = {"error": self.error}
+        if self.description:
+            body["error_description"] = self.description
+        return body
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.description!r})"
+
+
+class InvalidRequest(OAuthError):
+    error = "invalid_request"
+
+
+class InvalidClient(OAuthError):
+    error = "invalid_client"
+    status_code = 401
+
+
+class InvalidGrant(OAuthError):
+    error = "invalid_grant"
+
+
+class UnauthorizedClient(OAuthError):
+    error = "unauthorized_client"
+
+
+class UnsupportedGrantType(OAuthError):
+    error = "unsupported_grant_type"
+
+
+class UnsupportedResponseType(OAuthError):
+    error = "unsupported_response_type"
+
+
+class InvalidScope(OAuthError):
+    error = "invalid_scope"
+
+
+class AccessDenied(OAuthError):
+    error = "access_denied"
+    status_code = 403
+
+
+class ServerError(OAuthError):
+    error = "server_error"
+    status_code = 500
+
+
+class TemporarilyUnavailable(OAuthError):
+    error = "temporarily_unavailable"
+    status_code = 503
+
+
+class InvalidTarget(OAuthError):
+    error = "invalid_target"
+
+
+class InvalidClientMetadata(OAuthError):
+    error = "invalid_client_metadata"
+
+
+class InvalidRedirectUri(OAuthError):
+    error = "invalid_redirect_uri"
+
+
+class InvalidToken(OAuthError):
+    error = "invalid_token"
+    status_code = 401
+
+
+class InsufficientScope(OAuthError):
+    error = "insufficient_scope"
+    status_code = 403
+
+
+class TooManyRequests(OAuthError):
+    """Throttled; ``retry_after`` seconds go out in the ``Retry-After`` header."""
+
+    error = "too_many_requests"
+    status_code = 429
+
+    def __init__(self, description: str = "", *, retry_after: int = 1) -> None:
+        super().__init__(description, headers={"Retry-After": str(max(1, retry_after))})
+        self.retry_after = max(1, retry_after)

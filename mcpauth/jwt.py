@@ -1,0 +1,223 @@
+"""Signing keys, JWKS export and RFC 9068 JWT access tokens, on PyJWT.
+
+Shared by the authorization server (signing) and the middleware (verification). Verification
+takes its algorithm from the key, never from the token: a key type admits one algorithm, ``none``
+and HMAC are never accepted (attacks.md row 15).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, cast
+
+import jwt as pyjwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
+from mcpauth.errors import InvalidToken
+
+Algorithm = Literal["ES256", "RS256", "EdDSA"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ES256", "RS256", "EdDSA")
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
+PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey | ed25519.Ed25519PublicKey
+
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})  # RFC 9068 §4
+_EMBEDDED_KEY_HEADERS = ("jwk", "jku", "x5u", "x5c")
+_EC_CURVE_ALGS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
+_RSA_ALGS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+MAX_TOKEN_LENGTH = 8192
+
+
+class UnknownKeyError(InvalidToken):
+    """The token names a ``kid`` that is not in the key set (a refetch may find it)."""
+
+
+def generate_private_key(alg: Algorithm) -> PrivateKey:
+    """A new private key for ``alg`` (P-256 for ES256, 2048-bit RSA for RS256, Ed25519)."""
+    if alg == "ES256":
+        return ec.generate_private_key(ec.SECP256R1())
+    if alg == "RS256":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return ed25519.Ed25519PrivateKey.generate()
+
+
+def private_key_to_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def private_key_from_pem(pem: bytes) -> PrivateKey:
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey):
+        raise ValueError("unsupported private key type")
+    return key
+
+
+def public_jwk(public_key: PublicKey, *, kid: str, alg: str) -> dict[str, Any]:
+    """The public JWK of ``public_key`` with ``kid``, ``alg`` and ``use: sig``."""
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        jwk = ECAlgorithm.to_jwk(public_key, as_dict=True)
+    elif isinstance(public_key, rsa.RSAPublicKey):
+        jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
+    else:
+        jwk = OKPAlgorithm.to_jwk(public_key, as_dict=True)
+    jwk = {k: v for k, v in jwk.items() if k not in ("d", "p", "q", "dp", "dq", "qi", "key_ops")}
+    jwk.update(kid=kid, alg=alg, use="sig")
+    return jwk
+
+
+def thumbprint(jwk: Mapping[str, Any]) -> str:
+    """RFC 7638 JWK thumbprint (SHA-256, base64url)."""
+    members = {"EC": ("crv", "kty", "x", "y"), "RSA": ("e", "kty", "n"), "OKP": ("crv", "kty", "x")}
+    kty = str(jwk.get("kty"))
+    if kty not in members:
+        raise ValueError(f"unsupported key type {kty!r}")
+    canonical = json.dumps({k: jwk[k] for k in members[kty]}, separators=(",", ":"), sort_keys=True)
+    digest = hashlib.sha256(canonical.encode()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def algorithm_for_jwk(jwk: Mapping[str, Any]) -> str:
+    """The one algorithm a verification key admits, from its key type (never ``none``/HMAC).
+
+    Raises:
+        ValueError: symmetric or unknown key type, or an ``alg`` that does not fit the key.
+    """
+    kty = jwk.get("kty")
+    declared = jwk.get("alg")
+    if kty == "EC":
+        alg = _EC_CURVE_ALGS.get(str(jwk.get("crv")))
+        if alg is None or (declared is not None and declared != alg):
+            raise ValueError("EC key with an unsupported curve or a mismatched alg")
+        return alg
+    if kty == "RSA":
+        alg = str(declared or "RS256")
+        if alg not in _RSA_ALGS:
+            raise ValueError("RSA key with a non-RSA alg")
+        return alg
+    if kty == "OKP" and jwk.get("crv") == "Ed25519" and declared in (None, "EdDSA", "Ed25519"):
+        return "EdDSA"
+    raise ValueError(f"unsupported verification key type {kty!r}")
+
+
+class VerificationKey:
+    """A public key from a JWKS with the single algorithm it admits."""
+
+    __slots__ = ("algorithm", "key", "kid")
+
+    def __init__(self, jwk: Mapping[str, Any]) -> None:
+        self.algorithm = algorithm_for_jwk(jwk)
+        self.kid = str(jwk.get("kid", ""))
+        self.key = pyjwt.PyJWK(dict(jwk), algorithm=self.algorithm)
+
+
+def key_set(jwks: Mapping[str, Any]) -> dict[str, VerificationKey]:
+    """Usable signing keys of a JWKS document by ``kid``; keys without ``kid``, with
+    ``use`` other than ``sig`` or of unsupported types are skipped."""
+    keys: dict[str, VerificationKey] = {}
+    raw = jwks.get("keys")
+    if not isinstance(raw, list):
+        return keys
+    for jwk in raw:
+        if not isinstance(jwk, dict) or not isinstance(jwk.get("kid"), str):
+            continue
+        if jwk.get("use", "sig") != "sig":
+            continue
+        try:
+            keys[jwk["kid"]] = VerificationKey(jwk)
+        except (ValueError, pyjwt.PyJWKError, pyjwt.InvalidKeyError):
+            continue
+    return keys
+
+
+def encode(
+    claims: Mapping[str, Any], key: PrivateKey, *, alg: str, kid: str, typ: str = "at+jwt"
+) -> str:
+    """Sign ``claims`` as a compact JWS with ``kid`` and ``typ`` in the header."""
+    return pyjwt.encode(dict(claims), key, algorithm=alg, headers={"kid": kid, "typ": typ})
+
+
+def unverified_header(token: str) -> dict[str, Any]:
+    """The JOSE header, for routing only (which key); never trusted for anything else.
+
+    Raises:
+        InvalidToken: not a compact JWS.
+    """
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken("The access token is too large")
+    try:
+        return cast(dict[str, Any], pyjwt.get_unverified_header(token))
+    except pyjwt.DecodeError as exc:
+        raise InvalidToken("The access token is malformed") from exc
+
+
+def verify(
+    token: str,
+    keys: Mapping[str, VerificationKey],
+    *,
+    issuer: str,
+    audience: str | None,
+    typ: Iterable[str] | None = ACCESS_TOKEN_TYPES,
+    leeway: float = 30.0,
+    required: Iterable[str] = ("iss", "exp", "iat", "sub", "client_id", "jti"),
+) -> dict[str, Any]:
+    """Verify an RFC 9068 access token and return its claims.
+
+    ``audience`` must be among ``aud`` (RFC 9068 §4); pass ``None`` only where the caller checks
+    ``aud`` itself. ``typ`` is compared case-insensitively; ``None`` skips the check.
+
+    Raises:
+        UnknownKeyError: the ``kid`` is not in ``keys``.
+        InvalidToken: anything else wrong, with a description that says what.
+    """
+    header = unverified_header(token)
+    for name in _EMBEDDED_KEY_HEADERS:
+        if name in header:
+            raise InvalidToken(f"The access token header must not carry {name!r}")
+    if "crit" in header:
+        raise InvalidToken("The access token has critical header parameters this server does not support")
+    if typ is not None:
+        allowed = {t.lower() for t in typ}
+        if str(header.get("typ", "")).lower() not in allowed:
+            raise InvalidToken("The access token has the wrong type (typ)")
+    kid = header.get("kid")
+    if not isinstance(kid, str) or kid not in keys:
+        raise UnknownKeyError("The access token is signed with an unknown key")
+    key = keys[kid]
+    if header.get("alg") != key.algorithm:
+        raise InvalidToken("The access token's algorithm does not match its key")
+    required_claims = list(required)
+    if audience is not None and "aud" not in required_claims:
+        required_claims.append("aud")
+    try:
+        claims = pyjwt.decode(
+            token,
+            key.key,
+            algorithms=[key.algorithm],
+            audience=audience,
+            issuer=issuer,
+            leeway=leeway,
+            options={"require": required_claims, "verify_aud": audience is not None},
+        )
+    except pyjwt.ExpiredSignatureError as exc:
+        raise InvalidToken("The access token has expired") from exc
+    except pyjwt.ImmatureSignatureError as exc:
+        raise InvalidToken("The access token is not yet valid") from exc
+    except pyjwt.InvalidAudienceError as exc:
+        raise InvalidToken("The access token was not issued for this resource") from exc
+    except pyjwt.InvalidIssuerError as exc:
+        raise InvalidToken("The access token was issued by an untrusted issuer") from exc
+    except pyjwt.MissingRequiredClaimError as exc:
+        raise InvalidToken(f"The access token lacks the {exc.claim!r} claim") from exc
+    except pyjwt.InvalidSignatureError as exc:
+        raise InvalidToken("The access token signature is invalid") from exc
+    except pyjwt.PyJWTError as exc:
+        raise InvalidToken("The access token is invalid") from exc
+    return cast(dict[str, Any], claims)

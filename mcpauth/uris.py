@@ -1,0 +1,107 @@
+"""URI rules shared by every part: canonical resource URIs (RFC 8707), loopback hosts,
+issuer checks (RFC 8414 §2) and well-known URL building by path insertion (RFC 8414 §3.1,
+RFC 9728 §3.1)."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit, urlunsplit
+
+from mcpauth.errors import ConfigurationError
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class URIError(ValueError):
+    """A URI breaks one of the rules below; the message says which."""
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (brackets allowed)."""
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def canonical_resource(uri: str) -> str:
+    """The canonical form of a resource indicator (RFC 8707 §2, MCP "Canonical Server URI").
+
+    Lowercase scheme and host, default port dropped, no fragment; the path is kept exactly
+    (a trailing slash only where it was given).
+
+    Raises:
+        URIError: not an absolute http(s) URI, or it has a fragment or userinfo.
+    """
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise URIError("resource must be an absolute http or https URI")
+    if parts.fragment or "#" in uri:
+        raise URIError("resource must not contain a fragment")
+    if parts.username is not None or parts.password is not None:
+        raise URIError("resource must not contain userinfo")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise URIError("resource has an invalid port") from exc
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path, parts.query, ""))
+
+
+def check_issuer(issuer: str) -> str:
+    """Validate an issuer identifier (RFC 8414 §2) and return it unchanged, byte for byte.
+
+    https with a host, no query, no fragment; plain http only for loopback hosts.
+
+    Raises:
+        ConfigurationError: the issuer breaks one of the rules.
+    """
+    parts = urlsplit(issuer)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"issuer must be an absolute https URL, got {issuer!r}")
+    if parts.query or "?" in issuer:
+        raise ConfigurationError("issuer must not have a query component (RFC 8414 §2)")
+    if parts.fragment or "#" in issuer:
+        raise ConfigurationError("issuer must not have a fragment component (RFC 8414 §2)")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError("issuer must not contain userinfo")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ConfigurationError("an http issuer is allowed only on a loopback host; use https")
+    return issuer
+
+
+def well_known_url(identifier: str, suffix: str) -> str:
+    """Insert ``/.well-known/<suffix>`` between the host and the path (RFC 8414 §3.1).
+
+    ``https://a/tenant1`` + ``oauth-authorization-server`` →
+    ``https://a/.well-known/oauth-authorization-server/tenant1``. A lone trailing slash is dropped.
+    """
+    parts = urlsplit(identifier)
+    path = parts.path.rstrip("/") if parts.path != "/" else ""
+    return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{suffix}{path}", "", ""))
+
+
+def well_known_path(identifier: str, suffix: str) -> str:
+    """The path part of :func:`well_known_url`."""
+    return urlsplit(well_known_url(identifier, suffix)).path
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def path_of(url: str) -> str:
+    """The path of a URL with no trailing slash ("" for the root)."""
+    path = urlsplit(url).path
+    return "" if path in ("", "/") else path.rstrip("/")
