@@ -1,0 +1,39 @@
+"""Protected-resource side of mcpauth: pure ASGI middleware, token verifiers, RFC 9728
+metadata, scope policy and the ``mcpauth proxy`` reverse proxy.
+
+Imports nothing from ``mcpauth.server``, Authlib or SQLModel.
+"""
+
+from mcpauth.middleware.identity import TokenUser, current_token, verified_token
+from mcpauth.middleware.introspection import IntrospectionVerifier
+from mcpauth.middleware.jwks import JWKSCache
+from mcpauth.middleware.policy import ScopePolicy
+from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
+from mcpauth.middleware.resource_metadata import (
+    ResourceMetadataEndpoint,
+    metadata_url,
+    resource_metadata,
+)
+from mcpauth.middleware.verifier import (
+    JWTVerifier,
+    MultiIssuerVerifier,
+    TokenVerifier,
+    VerifiedToken,
+)
+
+__all__ = [
+    "IntrospectionVerifier",
+    "JWKSCache",
+    "JWTVerifier",
+    "MultiIssuerVerifier",
+    "ProtectedResourceMiddleware",
+    "ResourceMetadataEndpoint",
+    "ScopePolicy",
+    "TokenUser",
+    "TokenVerifier",
+    "VerifiedToken",
+    "current_token",
+    "metadata_url",
+    "resource_metadata",
+    "verified_token",
+]

@@ -1,0 +1,83 @@
+"""Small pure-ASGI helpers: typed aliases, header access, JSON responses, body buffering."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    """The request body is larger than the configured bound."""
+
+
+def header_values(scope: Scope, name: bytes) -> list[bytes]:
+    """Every value of header ``name`` (lowercase) in the request."""
+    return [value for key, value in scope.get("headers", ()) if key.lower() == name]
+
+
+def first_header(scope: Scope, name: bytes) -> str | None:
+    values = header_values(scope, name)
+    return values[0].decode("latin-1") if values else None
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    body: Any,
+    headers: Iterable[tuple[str, str]] = (),
+) -> None:
+    """Send a complete JSON response."""
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    raw_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
+    raw_headers.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def jsonrpc_error(code: int, message: str) -> dict[str, Any]:
+    """A JSON-RPC 2.0 error object without a request id."""
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body, refusing more than ``limit`` bytes.
+
+    Raises:
+        BodyTooLarge: the body exceeds ``limit``.
+    """
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        body.extend(message.get("body", b""))
+        if len(body) > limit:
+            raise BodyTooLarge
+        if not message.get("more_body", False):
+            break
+    return bytes(body)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that yields ``body`` once, unchanged, then defers to the original."""
+    sent = False
+
+    async def replaying_receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replaying_receive

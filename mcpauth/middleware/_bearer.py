@@ -1,0 +1,40 @@
+"""Reading the bearer token from a request (RFC 6750 §2.1 only: the header; never the query
+string or a form body, OAuth 2.1 "Bearer Token Requests", attacks.md row 17)."""
+
+from __future__ import annotations
+
+import re
+
+from mcpauth.errors import InvalidRequest, InvalidToken
+from mcpauth.middleware._asgi import Scope, header_values
+
+# RFC 6750 §2.1 b64token
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+DEFAULT_MAX_HEADER_BYTES = 8192
+
+
+def bearer_token(scope: Scope, *, max_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> str | None:
+    """The token of an ``Authorization: Bearer`` header; ``None`` when there is none.
+
+    Another scheme counts as no token. The size is checked before anything is decoded.
+
+    Raises:
+        InvalidRequest: more than one ``Authorization`` header.
+        InvalidToken: an oversized header or a token outside the b64token syntax.
+    """
+    values = header_values(scope, b"authorization")
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InvalidRequest("More than one Authorization header")
+    raw = values[0]
+    # attacks.md row 16: refuse oversized credentials before any decoding.
+    if len(raw) > max_bytes:
+        raise InvalidToken("The access token is too large")
+    scheme, _, credentials = raw.decode("latin-1").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = credentials.strip(" ")
+    if not _B64TOKEN.fullmatch(token):
+        raise InvalidToken("The access token is malformed")
+    return token

@@ -1,0 +1,99 @@
+"""Authorization server metadata discovery (RFC 8414 §3, then OpenID Connect Discovery) and
+bounded JSON fetching for the resource server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import ValidationError
+
+from mcpauth.errors import ConfigurationError, TemporarilyUnavailable
+from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.uris import is_loopback_host, path_of, well_known_url
+
+MAX_DOCUMENT_BYTES = 256 * 1024
+
+
+class FetchError(TemporarilyUnavailable):
+    """A metadata or key document could not be fetched or parsed."""
+
+
+def metadata_urls(issuer: str) -> list[str]:
+    """The discovery URLs for ``issuer`` in the order MCP clients try them (CL-04)."""
+    urls = [
+        well_known_url(issuer, "oauth-authorization-server"),
+        well_known_url(issuer, "openid-configuration"),
+    ]
+    if path_of(issuer):
+        urls.append(issuer.rstrip("/") + "/.well-known/openid-configuration")
+    return urls
+
+
+def check_fetch_url(url: str) -> str:
+    """Only https, or http on a loopback host (RFC 8414 §2, OAuth 2.1 §1.5).
+
+    Raises:
+        ConfigurationError: any other URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and is_loopback_host(parts.hostname):
+        return url
+    raise ConfigurationError(f"refusing to fetch {url!r}: https is required")
+
+
+async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], httpx.Headers]:
+    """GET a JSON object of at most :data:`MAX_DOCUMENT_BYTES`, following no redirects.
+
+    Raises:
+        FetchError: network failure, non-200, too large or not a JSON object.
+        ConfigurationError: the URL is not https (or loopback http).
+    """
+    check_fetch_url(url)
+    try:
+        async with http.stream(
+            "GET", url, headers={"Accept": "application/json"}, follow_redirects=False
+        ) as response:
+            if response.status_code != 200:
+                raise FetchError(f"{url} answered {response.status_code}")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body.extend(chunk)
+                if len(body) > MAX_DOCUMENT_BYTES:
+                    raise FetchError(f"{url} sent more than {MAX_DOCUMENT_BYTES} bytes")
+            headers = response.headers
+    except httpx.HTTPError as exc:
+        raise FetchError(f"cannot fetch {url}: {type(exc).__name__}") from exc
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise FetchError(f"{url} did not return JSON") from exc
+    if not isinstance(document, dict):
+        raise FetchError(f"{url} did not return a JSON object")
+    return document, headers
+
+
+async def discover_metadata(http: httpx.AsyncClient, issuer: str) -> AuthorizationServerMetadata:
+    """Fetch the metadata of ``issuer``: RFC 8414 first, then OpenID Connect Discovery.
+
+    Raises:
+        FetchError: no discovery URL gave a valid document whose ``issuer`` is ``issuer``.
+    """
+    failures: list[str] = []
+    for url in metadata_urls(issuer):
+        try:
+            document, _ = await fetch_json(http, url)
+            metadata = AuthorizationServerMetadata.model_validate(document)
+        except (FetchError, ValidationError) as exc:
+            failures.append(str(exc).splitlines()[0])
+            continue
+        # RFC 8414 §3.3: the issuer in the document MUST be identical to the one we asked for.
+        if metadata.issuer != issuer:
+            failures.append(f"{url} names issuer {metadata.issuer!r}")
+            continue
+        return metadata
+    raise FetchError(f"no usable metadata for {issuer}: " + "; ".join(failures))

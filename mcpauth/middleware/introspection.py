@@ -1,0 +1,135 @@
+"""RFC 7662 token introspection: for opaque tokens, or when revocation must take effect at
+once. The resource server authenticates to the introspection endpoint (RFC 7662 §2.1)."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from mcpauth.errors import InvalidToken, ServerError, TemporarilyUnavailable
+from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
+from mcpauth.middleware.verifier import VerifiedToken, parse_scope
+
+__all__ = ["IntrospectionVerifier"]
+
+
+def basic_credentials(client_id: str, client_secret: str) -> str:
+    """``Authorization: Basic`` value with RFC 6749 §2.3.1 form-encoding of both parts."""
+    pair = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def _audiences(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+class IntrospectionVerifier:
+    """Ask the authorization server whether a token is active (RFC 7662).
+
+    The endpoint is ``endpoint`` or the ``introspection_endpoint`` of ``issuer``'s metadata.
+    A positive answer is reused for at most ``cache_seconds`` and never past the token's
+    ``exp``; an answer without ``exp`` is not reused at all.
+    """
+
+    def __init__(
+        self,
+        *,
+        resource: str,
+        client_id: str,
+        client_secret: str,
+        http: httpx.AsyncClient,
+        issuer: str | None = None,
+        endpoint: str | None = None,
+        cache_seconds: float = 60.0,
+        leeway: float = 30.0,
+    ) -> None:
+        if endpoint is None and issuer is None:
+            raise ValueError("IntrospectionVerifier needs an endpoint or an issuer to discover it")
+        self.resource = resource
+        self.issuer = issuer
+        self.endpoint = endpoint
+        self.http = http
+        self.cache_seconds = cache_seconds
+        self.leeway = leeway
+        self._authorization = basic_credentials(client_id, client_secret)
+
+    async def verify_token(self, token: str) -> VerifiedToken:
+        """Introspect ``token`` and check it is active and meant for this resource.
+
+        Raises:
+            InvalidToken: inactive, expired, for another resource or from another issuer.
+            TemporarilyUnavailable: the endpoint cannot be reached or answered 5xx.
+            ServerError: the endpoint refused our client credentials.
+        """
+        data = await self._introspect(token)
+        if data.get("active") is not True:
+            raise InvalidToken("The access token is not active")
+        # RFC 8707 §2 / MCP RS-09: the audience check is always on.
+        if self.resource not in _audiences(data.get("aud")):
+            raise InvalidToken("The access token was not issued for this resource")
+        if self.issuer is not None and data.get("iss", self.issuer) != self.issuer:
+            raise InvalidToken("The access token was issued by an untrusted issuer")
+        return self._to_verified(data)
+
+    def _to_verified(self, data: dict[str, Any]) -> VerifiedToken:
+        now = time.time()
+        exp = data.get("exp")
+        expires_at = int(exp) if isinstance(exp, int | float) else None
+        if expires_at is not None and expires_at + self.leeway < now:
+            raise InvalidToken("The access token has expired")
+        client_id = data.get("client_id")
+        subject = data.get("sub")
+        if not isinstance(client_id, str) or not isinstance(subject, str | None):
+            raise InvalidToken("The introspection response lacks client_id")
+        cache_until = now + self.cache_seconds if expires_at is not None else now
+        return VerifiedToken(
+            subject=subject,
+            client_id=client_id,
+            scopes=parse_scope(data.get("scope")),
+            expires_at=expires_at,
+            issuer=str(data["iss"]) if "iss" in data else self.issuer,
+            resource=self.resource,
+            claims=data,
+            cache_until=cache_until,
+        )
+
+    async def _introspect(self, token: str) -> dict[str, Any]:
+        endpoint = await self._endpoint()
+        try:
+            response = await self.http.post(
+                endpoint,
+                data={"token": token, "token_type_hint": "access_token"},
+                headers={"Authorization": self._authorization, "Accept": "application/json"},
+                follow_redirects=False,
+            )
+        except httpx.HTTPError as exc:
+            raise TemporarilyUnavailable("The introspection endpoint cannot be reached") from exc
+        if response.status_code in (401, 403):
+            raise ServerError("The introspection endpoint refused this resource server")
+        if response.status_code != 200:
+            raise TemporarilyUnavailable("The introspection endpoint failed")
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise TemporarilyUnavailable("The introspection response is not JSON") from exc
+        if not isinstance(data, dict):
+            raise TemporarilyUnavailable("The introspection response is not a JSON object")
+        return data
+
+    async def _endpoint(self) -> str:
+        if self.endpoint is None:
+            if self.issuer is None:
+                raise ServerError("No introspection endpoint configured")
+            metadata = await discover_metadata(self.http, self.issuer)
+            if not metadata.introspection_endpoint:
+                raise TemporarilyUnavailable(f"{self.issuer} publishes no introspection_endpoint")
+            self.endpoint = metadata.introspection_endpoint
+        return check_fetch_url(self.endpoint)

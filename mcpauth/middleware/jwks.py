@@ -1,0 +1,121 @@
+"""The authorization server's JSON Web Key Set: discovered, fetched, cached per HTTP caching
+headers, and refetched on an unknown ``kid`` at most once per interval."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+
+import anyio
+import httpx
+
+from mcpauth import jwt
+from mcpauth.middleware._discovery import FetchError, discover_metadata, fetch_json
+
+__all__ = ["JWKSCache"]
+
+_MAX_AGE = re.compile(r"(?:^|,)\s*(?:s-)?max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
+_NO_CACHE = re.compile(r"(?:^|,)\s*(?:no-store|no-cache)\b", re.IGNORECASE)
+
+
+def cache_lifetime(
+    headers: httpx.Headers, *, default: float, floor: float, ceiling: float
+) -> float:
+    """Seconds a JWKS response may be reused (``Cache-Control``), clamped to [floor, ceiling]."""
+    value = headers.get("cache-control", "")
+    if _NO_CACHE.search(value):
+        return floor
+    match = _MAX_AGE.search(value)
+    seconds = float(match.group(1)) if match else default
+    return min(max(seconds, floor), ceiling)
+
+
+class JWKSCache:
+    """Verification keys of one issuer.
+
+    ``jwks_uri`` is read from the issuer's metadata unless given. Keys are reused for the
+    lifetime the JWKS response allows (``Cache-Control: max-age``; between
+    ``min_refresh_interval`` and ``max_cache_seconds``). A token naming an unknown ``kid``
+    triggers one refetch, and at most one per ``min_refresh_interval`` however many such tokens
+    arrive. When a refetch fails, the last good keys stay in use.
+    """
+
+    def __init__(
+        self,
+        issuer: str,
+        *,
+        http: httpx.AsyncClient,
+        jwks_uri: str | None = None,
+        min_refresh_interval: float = 30.0,
+        default_cache_seconds: float = 300.0,
+        max_cache_seconds: float = 86400.0,
+    ) -> None:
+        self.issuer = issuer
+        self.http = http
+        self.jwks_uri = jwks_uri
+        self.min_refresh_interval = min_refresh_interval
+        self.default_cache_seconds = default_cache_seconds
+        self.max_cache_seconds = max_cache_seconds
+        self._keys: dict[str, jwt.VerificationKey] | None = None
+        self._expires = 0.0
+        self._last_attempt = float("-inf")
+        self._lock = anyio.Lock()
+        self.fetch_count = 0
+
+    async def keys(self) -> Mapping[str, jwt.VerificationKey]:
+        """The current keys, fetching them when absent or stale.
+
+        Raises:
+            FetchError: no keys could be fetched and none are cached.
+        """
+        if self._keys is not None and time.time() < self._expires:
+            return self._keys
+        async with self._lock:
+            if self._keys is not None and time.time() < self._expires:
+                return self._keys
+            return await self._fetch_or_stale()
+
+    async def refresh_for_unknown_kid(self) -> Mapping[str, jwt.VerificationKey] | None:
+        """Refetch because a token named an unknown ``kid``; ``None`` when a fetch happened
+        less than ``min_refresh_interval`` ago (nothing new to learn).
+
+        Raises:
+            FetchError: no keys could be fetched and none are cached.
+        """
+        async with self._lock:
+            if time.time() - self._last_attempt < self.min_refresh_interval:
+                return None
+            return await self._fetch_or_stale()
+
+    async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
+        if self._keys is not None and time.time() - self._last_attempt < self.min_refresh_interval:
+            return self._keys
+        self._last_attempt = time.time()
+        try:
+            return await self._fetch()
+        except FetchError:
+            if self._keys is None:
+                raise
+            return self._keys
+
+    async def _fetch(self) -> dict[str, jwt.VerificationKey]:
+        if self.jwks_uri is None:
+            metadata = await discover_metadata(self.http, self.issuer)
+            if not metadata.jwks_uri:
+                raise FetchError(f"{self.issuer} publishes no jwks_uri")
+            self.jwks_uri = metadata.jwks_uri
+        self.fetch_count += 1
+        document, headers = await fetch_json(self.http, self.jwks_uri)
+        keys = jwt.key_set(document)
+        if not keys:
+            raise FetchError(f"{self.jwks_uri} holds no usable signing key")
+        lifetime = cache_lifetime(
+            headers,
+            default=self.default_cache_seconds,
+            floor=self.min_refresh_interval,
+            ceiling=self.max_cache_seconds,
+        )
+        self._keys = keys
+        self._expires = time.time() + lifetime
+        return keys

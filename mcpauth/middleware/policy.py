@@ -1,0 +1,128 @@
+"""Which scopes an MCP operation needs: scopes for the whole resource, per JSON-RPC method and
+per tool, resource or prompt name, with hierarchies (``files:admin`` implies ``files:write``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["MalformedRequest", "ScopePolicy", "parse_jsonrpc"]
+
+ScopeSpec = str | Iterable[str]
+
+# JSON-RPC method → the params member naming the target, and the table it is looked up in.
+_TARGETS = {
+    "tools/call": ("name", "tools"),
+    "prompts/get": ("name", "prompts"),
+    "resources/read": ("uri", "resources"),
+    "resources/subscribe": ("uri", "resources"),
+    "resources/unsubscribe": ("uri", "resources"),
+}
+
+
+class MalformedRequest(ValueError):
+    """The body is not JSON, has duplicate keys, or is not a JSON-RPC message or batch."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise MalformedRequest(f"duplicate member {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_jsonrpc(body: bytes) -> list[dict[str, Any]]:
+    """The messages of a JSON-RPC body (one message or a batch).
+
+    Duplicate object members are refused so that this parser and the application's cannot
+    disagree about which tool is called.
+
+    Raises:
+        MalformedRequest: not parseable as JSON-RPC.
+    """
+    try:
+        document = json.loads(body, object_pairs_hook=_no_duplicates)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRequest(str(exc)) from exc
+    messages = document if isinstance(document, list) else [document]
+    if not messages or not all(isinstance(message, dict) for message in messages):
+        raise MalformedRequest("not a JSON-RPC message or batch")
+    return messages
+
+
+def _as_set(spec: ScopeSpec) -> frozenset[str]:
+    return frozenset(spec.split()) if isinstance(spec, str) else frozenset(spec)
+
+
+def _table(rules: Mapping[str, ScopeSpec] | None) -> dict[str, frozenset[str]]:
+    return {name: _as_set(spec) for name, spec in (rules or {}).items()}
+
+
+class ScopePolicy:
+    """Scopes each request needs, and whether granted scopes cover them.
+
+    ``required`` applies to every request; ``methods`` to JSON-RPC methods (``"tools/list"``);
+    ``tools`` and ``prompts`` to names in ``tools/call`` and ``prompts/get``; ``resources`` to
+    URIs in ``resources/read`` and ``(un)subscribe``. ``implies`` maps a scope to the narrower
+    scopes it grants, transitively.
+    """
+
+    def __init__(
+        self,
+        *,
+        required: ScopeSpec = (),
+        methods: Mapping[str, ScopeSpec] | None = None,
+        tools: Mapping[str, ScopeSpec] | None = None,
+        resources: Mapping[str, ScopeSpec] | None = None,
+        prompts: Mapping[str, ScopeSpec] | None = None,
+        implies: Mapping[str, ScopeSpec] | None = None,
+    ) -> None:
+        self.required = _as_set(required)
+        self.methods = _table(methods)
+        self.targets = {
+            "tools": _table(tools),
+            "resources": _table(resources),
+            "prompts": _table(prompts),
+        }
+        self.implies = _table(implies)
+
+    @property
+    def reads_body(self) -> bool:
+        """True when a decision depends on the JSON-RPC body."""
+        return bool(self.methods) or any(self.targets.values())
+
+    def needed_for(self, messages: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+        """Every scope the messages need together (MCP RS-13, RS-14: all of them at once)."""
+        needed = set(self.required)
+        for message in messages:
+            method = message.get("method")
+            if not isinstance(method, str):
+                continue
+            needed |= self.methods.get(method, frozenset())
+            target = _TARGETS.get(method)
+            params = message.get("params")
+            if target is None or not isinstance(params, dict):
+                continue
+            key, table = target
+            name = params.get(key)
+            if isinstance(name, str):
+                needed |= self.targets[table].get(name, frozenset())
+        return frozenset(needed)
+
+    def effective(self, granted: Iterable[str]) -> frozenset[str]:
+        """``granted`` plus every scope they imply (MCP RS-16: hierarchies count)."""
+        closure = set(granted)
+        pending = list(closure)
+        while pending:
+            for narrower in self.implies.get(pending.pop(), frozenset()):
+                if narrower not in closure:
+                    closure.add(narrower)
+                    pending.append(narrower)
+        return frozenset(closure)
+
+    def missing(self, granted: Iterable[str], needed: Iterable[str]) -> frozenset[str]:
+        """The needed scopes that ``granted`` does not cover."""
+        return frozenset(needed) - self.effective(granted)

@@ -1,0 +1,291 @@
+"""``ProtectedResourceMiddleware``: pure ASGI middleware that makes any MCP HTTP server an
+OAuth 2.1 protected resource (MCP authorization, resource server part)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+import httpx
+
+from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError
+from mcpauth.middleware import identity
+from mcpauth.middleware._asgi import (
+    ASGIApp,
+    BodyTooLarge,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    first_header,
+    jsonrpc_error,
+    read_body,
+    replay,
+    send_json,
+)
+from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, bearer_token
+from mcpauth.middleware._cache import TokenCache, token_digest
+from mcpauth.middleware._challenge import send_error
+from mcpauth.middleware._sessions import SessionBindings
+from mcpauth.middleware.jwks import JWKSCache
+from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, ScopeSpec, parse_jsonrpc
+from mcpauth.middleware.resource_metadata import (
+    ResourceMetadataEndpoint,
+    metadata_paths,
+    metadata_url,
+    resource_metadata,
+)
+from mcpauth.middleware.verifier import (
+    JWTVerifier,
+    MultiIssuerVerifier,
+    TokenVerifier,
+    VerifiedToken,
+)
+from mcpauth.uris import canonical_resource
+
+__all__ = ["ProtectedResourceMiddleware"]
+
+logger = logging.getLogger("mcpauth.middleware")
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+SESSION_HEADER = b"mcp-session-id"
+
+
+def default_verifier(
+    resource: str, authorization_servers: Sequence[str], http: httpx.AsyncClient
+) -> TokenVerifier:
+    """RFC 9068 JWT verification against each authorization server's JWKS."""
+    verifiers: dict[str, TokenVerifier] = {
+        issuer: JWTVerifier(issuer=issuer, resource=resource, keys=JWKSCache(issuer, http=http))
+        for issuer in authorization_servers
+    }
+    if len(verifiers) == 1:
+        return next(iter(verifiers.values()))
+    return MultiIssuerVerifier(verifiers)
+
+
+class ProtectedResourceMiddleware:
+    """Protect ``app``: every request needs a valid bearer token issued for ``resource``.
+
+    ``resource`` is the server's canonical URI (``https://host/mcp``). RFC 9728 metadata is
+    served at the path-aware and root well-known paths. Scopes: ``required_scopes`` for every
+    request, ``method_scopes`` per JSON-RPC method, ``tool_scopes`` / ``resource_scopes`` /
+    ``prompt_scopes`` per name, ``scope_implies`` for hierarchies. ``verifier`` defaults to
+    RFC 9068 JWT verification with keys from each authorization server's JWKS.
+
+    Raises:
+        ValueError: no authorization server, or ``resource`` is not a valid resource URI.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        resource: str,
+        authorization_servers: Sequence[str],
+        scopes_supported: Sequence[str] | None = None,
+        required_scopes: ScopeSpec = (),
+        method_scopes: Mapping[str, ScopeSpec] | None = None,
+        tool_scopes: Mapping[str, ScopeSpec] | None = None,
+        resource_scopes: Mapping[str, ScopeSpec] | None = None,
+        prompt_scopes: Mapping[str, ScopeSpec] | None = None,
+        scope_implies: Mapping[str, ScopeSpec] | None = None,
+        verifier: TokenVerifier | None = None,
+        resource_name: str | None = None,
+        resource_documentation: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        allowed_origins: Iterable[str] | None = None,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        token_cache_size: int = 10_000,
+        session_table_size: int = 10_000,
+    ) -> None:
+        self.app = app
+        self.resource = canonical_resource(resource)
+        self.policy = ScopePolicy(
+            required=required_scopes,
+            methods=method_scopes,
+            tools=tool_scopes,
+            resources=resource_scopes,
+            prompts=prompt_scopes,
+            implies=scope_implies,
+        )
+        supported = (
+            scopes_supported if scopes_supported is not None else sorted(self.policy.required)
+        )
+        document = resource_metadata(
+            resource=self.resource,
+            authorization_servers=authorization_servers,
+            scopes_supported=supported or None,
+            resource_name=resource_name,
+            resource_documentation=resource_documentation,
+        )
+        self.metadata_url = metadata_url(self.resource)
+        self._metadata_paths = metadata_paths(self.resource)
+        self._metadata_endpoint = ResourceMetadataEndpoint(document)
+        self._challenge_scopes = tuple(self.policy.required or (document.scopes_supported or ()))
+        self._owns_http = http_client is None and verifier is None
+        self.http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(5.0))
+        self.verifier = verifier or default_verifier(
+            self.resource, authorization_servers, self.http
+        )
+        self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
+        self.max_header_bytes = max_header_bytes
+        self.max_body_bytes = max_body_bytes
+        self.tokens = TokenCache(token_cache_size)
+        self.sessions = SessionBindings(session_table_size)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._lifespan_send(send))
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] in self._metadata_paths:
+            await self._metadata_endpoint(scope, receive, send)
+            return
+        if _is_preflight(scope):
+            await self.app(scope, receive, send)
+            return
+        if not self._origin_allowed(scope):
+            # MCP Streamable HTTP transport: an invalid Origin gets 403.
+            await send_json(send, 403, jsonrpc_error(-32600, "Origin not allowed"))
+            return
+        try:
+            token = await self._authenticate(scope)
+        except OAuthError as error:
+            await self._refuse(send, error)
+            return
+        if token is None:
+            await self._refuse(send, None)
+            return
+        await self._authorized(scope, receive, send, token)
+
+    async def _authorized(
+        self, scope: Scope, receive: Receive, send: Send, token: tuple[VerifiedToken, bytes]
+    ) -> None:
+        verified, digest = token
+        session_id = first_header(scope, SESSION_HEADER)
+        # MCP RS-19/RS-20: a session id never authenticates; it must belong to this caller.
+        if session_id is not None and not self.sessions.allows(session_id, verified.principal):
+            await send_json(send, 404, jsonrpc_error(-32001, "Session not found"))
+            return
+        try:
+            needed, receive = await self._needed_scopes(scope, receive)
+        except OAuthError as error:
+            await send_json(send, error.status_code, error.to_dict())
+            return
+        missing = self.policy.missing(verified.scopes, needed)
+        if missing:
+            description = "This operation needs the scopes: " + " ".join(sorted(needed))
+            await self._refuse(send, InsufficientScope(description), needed)
+            return
+        user = identity.make_user(verified, digest)
+        with identity.bound(scope, verified, user):
+            await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
+
+    async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, bytes] | None:
+        raw = bearer_token(scope, max_bytes=self.max_header_bytes)
+        if raw is None:
+            return None
+        digest = token_digest(raw)
+        verified = self.tokens.get(digest)
+        if verified is None:
+            # MCP RS-08: validate before processing; RS-21: every request, never per session.
+            verified = await self.verifier.verify_token(raw)
+            self.tokens.put(digest, verified)
+        return verified, digest
+
+    async def _needed_scopes(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[frozenset[str], Receive]:
+        if not self.policy.reads_body or scope.get("method") != "POST":
+            return self.policy.required, receive
+        length = first_header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise _PayloadTooLarge("The request body is too large")
+        encoding = first_header(scope, b"content-encoding")
+        if encoding is not None and encoding.strip().lower() != "identity":
+            raise InvalidRequest("Encoded request bodies are not accepted")
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except BodyTooLarge:
+            raise _PayloadTooLarge("The request body is too large") from None
+        try:
+            messages = parse_jsonrpc(body)
+        except MalformedRequest:
+            raise InvalidRequest("The request body is not a well-formed JSON-RPC message") from None
+        return self.policy.needed_for(messages), replay(body, receive)
+
+    async def _refuse(
+        self, send: Send, error: OAuthError | None, scopes: Iterable[str] | None = None
+    ) -> None:
+        await send_error(
+            send,
+            error,
+            resource_metadata=self.metadata_url,
+            scopes=self._challenge_scopes if scopes is None else scopes,
+        )
+
+    def _origin_allowed(self, scope: Scope) -> bool:
+        origin = first_header(scope, b"origin")
+        return self.allowed_origins is None or origin is None or origin in self.allowed_origins
+
+    def _session_send(
+        self, scope: Scope, send: Send, verified: VerifiedToken, request_session: str | None
+    ) -> Send:
+        method = scope.get("method")
+
+        async def session_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                issued = _response_header(message, SESSION_HEADER)
+                if issued is not None and status < 400:
+                    self.sessions.bind(issued, verified.principal)
+                if method == "DELETE" and request_session is not None and status < 300:
+                    self.sessions.forget(request_session)
+            await send(message)
+
+        return session_send
+
+    def _lifespan_send(self, send: Send) -> Send:
+        async def lifespan_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete" and self._owns_http:
+                await self.http.aclose()
+            await send(message)
+
+        return lifespan_send
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            token = await self._authenticate(scope)
+        except OAuthError:
+            token = None
+        if token is None:
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        verified, digest = token
+        with identity.bound(scope, verified, identity.make_user(verified, digest)):
+            await self.app(scope, receive, send)
+
+
+class _PayloadTooLarge(InvalidRequest):
+    status_code = 413
+
+
+def _is_preflight(scope: Scope) -> bool:
+    return (
+        scope.get("method") == "OPTIONS"
+        and first_header(scope, b"access-control-request-method") is not None
+    )
+
+
+def _response_header(message: Message, name: bytes) -> str | None:
+    for key, value in message.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
