@@ -11,7 +11,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import jwt as pyjwt
 from cryptography.hazmat.primitives import serialization
@@ -55,7 +55,9 @@ def private_key_to_pem(key: PrivateKey) -> bytes:
 
 def private_key_from_pem(pem: bytes) -> PrivateKey:
     key = serialization.load_pem_private_key(pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey):
+    if not isinstance(
+        key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
+    ):
         raise ValueError("unsupported private key type")
     return key
 
@@ -153,9 +155,32 @@ def unverified_header(token: str) -> dict[str, Any]:
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidToken("The access token is too large")
     try:
-        return cast(dict[str, Any], pyjwt.get_unverified_header(token))
+        header: dict[str, Any] = pyjwt.get_unverified_header(token)
+        return header
     except pyjwt.DecodeError as exc:
         raise InvalidToken("The access token is malformed") from exc
+
+
+def _key_for(
+    header: Mapping[str, Any], keys: Mapping[str, VerificationKey], typ: Iterable[str] | None
+) -> VerificationKey:
+    """The verification key a header selects, after the header checks of attacks.md row 15."""
+    for name in _EMBEDDED_KEY_HEADERS:
+        if name in header:
+            raise InvalidToken(f"The access token header must not carry {name!r}")
+    if "crit" in header:
+        raise InvalidToken("The access token has critical header parameters that are not supported")
+    if typ is not None:
+        allowed = {t.lower() for t in typ}
+        if str(header.get("typ", "")).lower() not in allowed:
+            raise InvalidToken("The access token has the wrong type (typ)")
+    kid = header.get("kid")
+    if not isinstance(kid, str) or kid not in keys:
+        raise UnknownKeyError("The access token is signed with an unknown key")
+    key = keys[kid]
+    if header.get("alg") != key.algorithm:
+        raise InvalidToken("The access token's algorithm does not match its key")
+    return key
 
 
 def verify(
@@ -178,21 +203,7 @@ def verify(
         InvalidToken: anything else wrong, with a description that says what.
     """
     header = unverified_header(token)
-    for name in _EMBEDDED_KEY_HEADERS:
-        if name in header:
-            raise InvalidToken(f"The access token header must not carry {name!r}")
-    if "crit" in header:
-        raise InvalidToken("The access token has critical header parameters this server does not support")
-    if typ is not None:
-        allowed = {t.lower() for t in typ}
-        if str(header.get("typ", "")).lower() not in allowed:
-            raise InvalidToken("The access token has the wrong type (typ)")
-    kid = header.get("kid")
-    if not isinstance(kid, str) or kid not in keys:
-        raise UnknownKeyError("The access token is signed with an unknown key")
-    key = keys[kid]
-    if header.get("alg") != key.algorithm:
-        raise InvalidToken("The access token's algorithm does not match its key")
+    key = _key_for(header, keys, typ)
     required_claims = list(required)
     if audience is not None and "aud" not in required_claims:
         required_claims.append("aud")
@@ -220,4 +231,5 @@ def verify(
         raise InvalidToken("The access token signature is invalid") from exc
     except pyjwt.PyJWTError as exc:
         raise InvalidToken("The access token is invalid") from exc
-    return cast(dict[str, Any], claims)
+    result: dict[str, Any] = claims
+    return result

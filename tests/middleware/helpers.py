@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcpauth import jwt
+from mcpauth.middleware import verified_token
 
 ISSUER = "https://as.example.com"
 RESOURCE = "https://mcp.example.com/mcp"
@@ -135,6 +136,7 @@ class RecordingApp:
             "path": scope["path"],
             "body": body.decode(),
             "user": getattr(user, "display_name", None),
+            "subject": getattr(verified_token(scope), "subject", None),
             "scopes": list(getattr(scope.get("auth"), "scopes", [])),
             "headers": {k.decode(): v.decode() for k, v in scope["headers"]},
         }

@@ -1,0 +1,247 @@
+"""The ``mcpauth`` command. Each subcommand imports its part lazily, so a machine with only
+the client or middleware extra installed can run its own commands."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mcpauth.errors import MCPAuthError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database", metavar="URL", help="database URL (MCPAUTH_DATABASE_URL)")
+    parser.add_argument("--config", metavar="FILE", help="TOML settings file (MCPAUTH_CONFIG)")
+
+
+def _settings(args: argparse.Namespace, **flags: Any) -> Any:
+    from mcpauth.server.config import load_settings
+
+    flags["database_url"] = args.database
+    return load_settings(flags, config_file=args.config)
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from mcpauth.server.admin import open_context
+
+    return open_context(_settings(args))
+
+
+def _print(data: object) -> None:
+    from mcpauth.server.admin import dump
+
+    print(dump(data))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from mcpauth.server.app import create_app
+
+    settings = _settings(args, issuer=args.issuer, host=args.host, port=args.port)
+    app = create_app(settings)
+    proxies = list(settings.trusted_proxies)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level=args.log_level,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    return 0
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    return getpass.getpass(f"Password for {args.name}: ")
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    from mcpauth.server import admin
+
+    ctx = _admin(args)
+    if args.action == "add":
+        _print(admin.add_user(ctx, args.name, _read_password(args)))
+    elif args.action == "list":
+        _print(admin.list_users(ctx))
+    else:
+        admin.remove_user(ctx, args.name)
+    return 0
+
+
+def cmd_resources(args: argparse.Namespace) -> int:
+    from mcpauth.server import admin
+
+    ctx = _admin(args)
+    if args.action == "add":
+        _print(
+            admin.add_resource(
+                ctx,
+                args.uri,
+                name=args.name or "",
+                scopes=args.scope,
+                default_scopes=args.default_scope,
+                is_default=args.default,
+            )
+        )
+    elif args.action == "list":
+        _print(admin.list_resources(ctx))
+    else:
+        admin.remove_resource(ctx, args.uri)
+    return 0
+
+
+def cmd_clients(args: argparse.Namespace) -> int:
+    import json
+
+    from mcpauth.server import admin
+
+    ctx = _admin(args)
+    if args.action == "add":
+        jwks = None
+        if args.jwks_file:
+            with open(args.jwks_file) as handle:
+                jwks = json.load(handle)
+        _print(
+            admin.add_client(
+                ctx,
+                name=args.name,
+                redirect_uris=args.redirect_uri,
+                grant_types=args.grant_type,
+                auth_method=args.auth_method,
+                jwks_uri=args.jwks_uri,
+                jwks=jwks,
+                scopes=args.scope,
+                first_party=args.first_party,
+                introspect=args.introspect,
+            )
+        )
+    elif args.action == "list":
+        _print(admin.list_clients(ctx))
+    else:
+        admin.remove_client(ctx, args.client_id)
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from mcpauth.server import admin
+
+    ctx = _admin(args)
+    _print(admin.rotate_keys(ctx) if args.action == "rotate" else admin.list_keys(ctx))
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from mcpauth.server.storage import migrate
+    from mcpauth.server.storage.database import make_engine
+
+    engine = make_engine(_settings(args).database_url)
+    migrate.upgrade(engine)
+    print(f"database at revision {migrate.current_revision(engine)}", file=sys.stderr)
+    engine.dispose()
+    return 0
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the authorization server")
+    _common(p)
+    p.add_argument("--issuer", metavar="URL", help="issuer identifier (MCPAUTH_ISSUER)")
+    p.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 9000)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(handler=cmd_serve)
+
+
+def _add_admin(sub: Any) -> None:
+    users = sub.add_parser("users", help="manage users").add_subparsers(
+        dest="action", required=True
+    )
+    p = users.add_parser("add", help="add a user")
+    p.add_argument("name")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    users.add_parser("list", help="list users")
+    users.add_parser("remove", help="remove a user").add_argument("name")
+
+    resources = sub.add_parser("resources", help="manage protected resources").add_subparsers(
+        dest="action", required=True
+    )
+    p = resources.add_parser("add", help="register a resource (an MCP server URL)")
+    p.add_argument("uri")
+    p.add_argument("--name")
+    p.add_argument("--scope", action="append", default=[], metavar="S[=DESCRIPTION]")
+    p.add_argument("--default-scope", action="append", default=[], metavar="S")
+    p.add_argument("--default", action="store_true", help="used when a client omits `resource`")
+    resources.add_parser("list", help="list resources")
+    resources.add_parser("remove", help="remove a resource").add_argument("uri")
+
+    clients = sub.add_parser("clients", help="manage clients").add_subparsers(
+        dest="action", required=True
+    )
+    p = clients.add_parser("add", help="pre-register a client; prints its credentials once")
+    p.add_argument("--name", required=True)
+    p.add_argument("--redirect-uri", action="append", default=[], metavar="U")
+    p.add_argument("--grant-type", action="append", default=[], metavar="T")
+    p.add_argument("--auth-method", metavar="M")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--jwks-uri", metavar="U")
+    group.add_argument("--jwks-file", metavar="F")
+    p.add_argument("--scope", action="append", default=[], metavar="S")
+    p.add_argument("--first-party", action="store_true", help="skip the consent page")
+    p.add_argument("--introspect", action="store_true", help="may call the introspection endpoint")
+    clients.add_parser("list", help="list clients")
+    clients.add_parser("remove", help="remove a client").add_argument("client_id")
+
+    keys = sub.add_parser("keys", help="signing keys").add_subparsers(dest="action", required=True)
+    keys.add_parser("list", help="list signing keys")
+    keys.add_parser("rotate", help="publish a new signing key")
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
+    db.add_parser("upgrade", help="apply migrations")
+
+    for name, handler in (
+        ("users", cmd_users),
+        ("resources", cmd_resources),
+        ("clients", cmd_clients),
+        ("keys", cmd_keys),
+        ("db", cmd_db),
+    ):
+        parser = sub.choices[name]
+        parser.set_defaults(handler=handler)
+        for child in parser._subparsers._group_actions[0].choices.values():
+            _common(child)
+            child.set_defaults(handler=handler)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mcpauth", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    _add_admin(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except MCPAuthError as exc:
+        print(f"mcpauth: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

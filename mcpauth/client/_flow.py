@@ -1,0 +1,365 @@
+"""The sans-I/O token flow behind :class:`mcpauth.client.OAuth`.
+
+A flow is a generator of steps. :class:`~mcpauth.client._http.HTTPRequest` asks for an HTTP
+exchange, :class:`Resend` for the caller's own request with an ``Authorization`` value,
+:class:`Lock` for exclusive use of the shared state until the next :class:`Resend`,
+:class:`RedirectURI` and :class:`Authorize` for the user-agent part. Tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mcpauth.client._http import MCP_PROTOCOL_VERSION, HTTPRequest, HTTPResponse
+from mcpauth.client.authorization import build_authorization, parse_callback, select_scope
+from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
+from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.discovery import Discovery, ServerSelector, discover
+from mcpauth.client.enterprise import IdentityAssertion, exchange_for_id_jag
+from mcpauth.client.errors import RegistrationError, TokenRequestFailed
+from mcpauth.client.registration import (
+    RegistrationOptions,
+    check_preregistered,
+    cimd_credentials,
+    register,
+)
+from mcpauth.client.storage import TokenKey, TokenStorage
+from mcpauth.client.tokens import (
+    TokenSet,
+    authorization_code_form,
+    client_credentials_form,
+    jwt_bearer_form,
+    merge_refreshed,
+    parse_token_response,
+    refresh_form,
+    token_request,
+)
+from mcpauth.uris import canonical_resource
+
+Grant = Literal["authorization_code", "client_credentials", "jwt_bearer"]
+
+
+@dataclass(frozen=True)
+class Resend:
+    """Send the caller's request with this ``Authorization`` value (``None``: without one)."""
+
+    authorization: str | None
+
+
+@dataclass(frozen=True)
+class Lock:
+    """Hold the shared lock from here to the next :class:`Resend` (or the end of the flow)."""
+
+
+@dataclass(frozen=True)
+class RedirectURI:
+    """Ask the redirect handler which redirect URI to use (it may bind a listener now)."""
+
+
+@dataclass(frozen=True)
+class Authorize:
+    """Send the user to ``url``; the answer is the URL the server redirected back to."""
+
+    url: str
+
+
+Step = HTTPRequest | Resend | Lock | RedirectURI | Authorize
+Flow = Generator[Step, Any, Any]
+
+
+def _first(servers: list[str]) -> str:
+    return servers[0]
+
+
+@dataclass
+class FlowConfig:
+    """Everything the flow is told; nothing here is learned from servers."""
+
+    server_url: str
+    grant: Grant = "authorization_code"
+    credentials: ClientCredentials | None = None
+    registration: RegistrationOptions = field(default_factory=RegistrationOptions)
+    scopes: tuple[str, ...] = ()
+    identity: IdentityAssertion | None = None
+    refresh_margin: float = 60.0
+    max_attempts: int = 3
+    offline_access: bool = True
+    select_server: ServerSelector = _first
+    clock: Callable[[], float] = time.time
+
+
+def is_step_up(response: HTTPResponse, challenge: BearerChallenge | None) -> bool:
+    """A 403 that asks for more scope (RFC 6750 §3.1 ``insufficient_scope``)."""
+    if response.status_code != 403 or challenge is None:
+        return False
+    return challenge.error == "insufficient_scope" or (
+        challenge.error is None and challenge.scope is not None
+    )
+
+
+class OAuthFlow:
+    """Shared state (discovery, client, tokens) and the flows that use it."""
+
+    def __init__(self, config: FlowConfig, storage: TokenStorage) -> None:
+        self.config = config
+        self.storage = storage
+        self.server_url = canonical_resource(config.server_url)
+        self.discovery: Discovery | None = None
+        self.client: ClientCredentials | None = None
+        self.tokens: TokenSet | None = None
+        self.requested: list[str] = list(config.scopes)
+        self.authorizations = 0  # full authorizations so far; tests and the CLI read it
+        self._loaded = False
+
+    # -- the flow for one request -------------------------------------------------------------
+
+    def request_flow(self) -> Flow:
+        """Authenticate one request: send, then react to 401 and 403 a bounded number of times."""
+        used = yield from self.current_tokens()
+        response: HTTPResponse = yield Resend(used.authorization if used else None)
+        for _ in range(self.config.max_attempts):
+            challenge = parse_bearer_challenge(response.challenges)
+            if response.status_code == 401:
+                used = yield from self._after_unauthorized(used, challenge)
+            elif is_step_up(response, challenge) and challenge is not None:
+                if not _may_gain(used, challenge):
+                    return  # the token already has what is asked for: more consent cannot help
+                used = yield from self._step_up(challenge)
+            else:
+                return
+            response = yield Resend(used.authorization)
+
+    def acquire_flow(self, *, force: bool = False) -> Flow:
+        """A usable token without a caller's request (``mcpauth login`` / ``token``)."""
+        if not force:
+            tokens = yield from self.current_tokens()
+            if tokens is not None and not tokens.expires_within(0, self.config.clock()):
+                return tokens
+        yield Lock()
+        response = yield _probe(self.server_url)
+        challenge = parse_bearer_challenge(response.challenges)
+        return (yield from self.authorize(challenge))
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def current_tokens(self) -> Flow:
+        """Stored tokens, refreshed first when they expire within the margin; else ``None``."""
+        self._load()
+        tokens = self.tokens
+        if tokens is None or not tokens.expires_within(
+            self.config.refresh_margin, self.config.clock()
+        ):
+            return tokens
+        yield Lock()
+        if self.tokens is not tokens:  # someone else renewed them while we waited
+            return self.tokens
+        renewed = yield from self._renew()
+        if renewed is not None:
+            return renewed
+        return tokens if not tokens.expires_within(0, self.config.clock()) else None
+
+    def _renew(self) -> Flow:
+        """Refresh, or for machine grants simply ask again; ``None`` when that is not possible."""
+        if self.discovery is None or self.client is None or self.tokens is None:
+            return None
+        if self.tokens.refresh_token:
+            return (yield from self._refresh(self.discovery, self.client, self.tokens))
+        if self.config.grant != "authorization_code":
+            return (yield from self._grant(self.discovery, self.client, self._scope_for(None)))
+        return None
+
+    def _refresh(self, discovery: Discovery, client: ClientCredentials, tokens: TokenSet) -> Flow:
+        form = refresh_form(tokens.refresh_token or "", resource=discovery.resource)
+        response = yield token_request(discovery.metadata, client, form, now=self.config.clock())
+        try:
+            fresh = parse_token_response(
+                response, now=self.config.clock(), requested_scope=tokens.scope
+            )
+        except TokenRequestFailed:
+            self._drop_tokens()
+            return None
+        return self._keep(merge_refreshed(tokens, fresh))
+
+    def _after_unauthorized(self, used: TokenSet | None, challenge: BearerChallenge | None) -> Flow:
+        yield Lock()
+        current = self.tokens
+        if current is not None and (used is None or current.access_token != used.access_token):
+            return current  # renewed by a concurrent request
+        if current is not None and current.refresh_token and self.discovery and self.client:
+            refreshed = yield from self._refresh(self.discovery, self.client, current)
+            if refreshed is not None:
+                return refreshed
+        return (yield from self.authorize(challenge))
+
+    def _step_up(self, challenge: BearerChallenge) -> Flow:
+        yield Lock()
+        # MCP 2026-07-28 "Step-Up Authorization Flow": request the union of scopes.
+        return (yield from self.authorize(challenge))
+
+    # -- full authorization ------------------------------------------------------------------
+
+    def authorize(self, challenge: BearerChallenge | None) -> Flow:
+        """Discover, get a client ID, run the grant and store the tokens."""
+        discovery = yield from discover(
+            self.server_url, challenge, select=self.config.select_server
+        )
+        if self.discovery is None or self.discovery.issuer != discovery.issuer:
+            self.client = None  # MCP 2026-07-28: credentials never cross to another AS
+        self.discovery = discovery
+        self.storage.set_discovery(self.server_url, discovery)
+        redirect_uri = None
+        if self.config.grant == "authorization_code":
+            redirect_uri = yield RedirectURI()
+        client = yield from self._client(discovery, redirect_uri)
+        scope = self._scope_for(challenge)
+        self.authorizations += 1
+        tokens = yield from self._grant(discovery, client, scope, redirect_uri)
+        return self._keep(tokens)
+
+    def _scope_for(self, challenge: BearerChallenge | None) -> str | None:
+        prm = self.discovery.protected_resource if self.discovery else None
+        metadata = self.discovery.metadata if self.discovery else None
+        scope = select_scope(
+            challenge.scopes if challenge else [],
+            prm.scopes_supported if prm else None,
+            previous=self.requested,
+            as_scopes=metadata.scopes_supported if metadata else None,
+            offline_access=self.config.offline_access and self.config.grant == "authorization_code",
+        )
+        self.requested = [s for s in (scope or "").split() if s != "offline_access"]
+        return scope
+
+    def _client(self, discovery: Discovery, redirect_uri: str | None) -> Flow:
+        issuer, metadata = discovery.issuer, discovery.metadata
+        if self.config.credentials is not None:
+            self.client = check_preregistered(self.config.credentials, issuer)
+            return self.client
+        cimd = cimd_credentials(self.config.registration, metadata)
+        if cimd is not None:
+            self.client = cimd
+            return cimd
+        stored = self.client or self.storage.get_client(issuer)
+        if stored is not None and stored.issuer == issuer:
+            self.client = stored
+            return stored
+        if redirect_uri is None:
+            raise RegistrationError(f"{self.config.grant} needs pre-registered client credentials")
+        client = yield from register(metadata, self.config.registration, [redirect_uri], issuer)
+        self.storage.set_client(issuer, client)
+        self.client = client
+        return client
+
+    def _grant(
+        self,
+        discovery: Discovery,
+        client: ClientCredentials,
+        scope: str | None,
+        redirect_uri: str | None = None,
+    ) -> Flow:
+        metadata, now = discovery.metadata, self.config.clock
+        if self.config.grant == "client_credentials":
+            form = client_credentials_form(resource=discovery.resource, scope=scope)
+        elif self.config.grant == "jwt_bearer":
+            if self.config.identity is None:
+                raise RegistrationError("the jwt_bearer grant needs an identity assertion")
+            id_jag = yield from exchange_for_id_jag(
+                self.config.identity,
+                audience=discovery.issuer,
+                resource=discovery.resource,
+                scope=scope,
+            )
+            form = jwt_bearer_form(id_jag, resource=discovery.resource, scope=scope)
+        else:
+            pending = build_authorization(
+                metadata,
+                issuer=discovery.issuer,
+                client_id=client.client_id,
+                redirect_uri=redirect_uri or "",
+                resource=discovery.resource,
+                scope=scope,
+            )
+            callback: str = yield Authorize(pending.url)
+            code = parse_callback(pending, callback)
+            form = authorization_code_form(
+                code,
+                redirect_uri=pending.redirect_uri,
+                verifier=pending.pkce.verifier,
+                resource=pending.resource,
+            )
+        response = yield token_request(metadata, client, form, now=now())
+        return parse_token_response(response, now=now(), requested_scope=scope)
+
+    # -- storage -----------------------------------------------------------------------------
+
+    def _key(self) -> TokenKey | None:
+        if self.discovery is None or self.client is None:
+            return None
+        return TokenKey(self.discovery.issuer, self.discovery.resource, self.client.client_id)
+
+    def _keep(self, tokens: TokenSet) -> TokenSet:
+        self.tokens = tokens
+        key = self._key()
+        if key is not None:
+            self.storage.set_tokens(key, tokens)
+        return tokens
+
+    def _drop_tokens(self) -> None:
+        self.tokens = None
+        key = self._key()
+        if key is not None:
+            self.storage.delete_tokens(key)
+
+    def _load(self) -> None:
+        """Pick up what a previous process stored: discovery, then client, then tokens."""
+        if self._loaded:
+            return
+        self._loaded = True
+        discovery = self.storage.get_discovery(self.server_url)
+        if discovery is None:
+            return
+        self.discovery = discovery
+        client = self._stored_client(discovery)
+        if client is None:
+            return
+        self.client = client
+        self.tokens = self.storage.get_tokens(
+            TokenKey(discovery.issuer, discovery.resource, client.client_id)
+        )
+        if self.tokens and self.tokens.scope:
+            self.requested = list(dict.fromkeys([*self.requested, *self.tokens.scope.split()]))
+
+    def _stored_client(self, discovery: Discovery) -> ClientCredentials | None:
+        configured = self.config.credentials
+        if configured is not None:
+            if configured.issuer not in (None, discovery.issuer):
+                return None
+            return configured.bound_to(discovery.issuer)
+        cimd = cimd_credentials(self.config.registration, discovery.metadata)
+        return cimd or self.storage.get_client(discovery.issuer)
+
+    def forget(self) -> None:
+        """Drop tokens and discovery for this server (``mcpauth logout``)."""
+        self._load()
+        self.storage.forget(self.server_url)
+        self.tokens = None
+        self.discovery = None
+
+
+def _may_gain(tokens: TokenSet | None, challenge: BearerChallenge) -> bool:
+    """Whether re-authorizing could add a challenged scope the token lacks (CL-14)."""
+    granted = set((tokens.scope or "").split()) if tokens else set()
+    return not challenge.scopes or not set(challenge.scopes) <= granted
+
+
+def _probe(server_url: str) -> HTTPRequest:
+    """A harmless MCP request that a protected server answers with its challenge."""
+    body = b'{"jsonrpc":"2.0","id":0,"method":"ping"}'
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MCP_PROTOCOL_VERSION,
+    }
+    return HTTPRequest("POST", server_url, headers, body)

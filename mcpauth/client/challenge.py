@@ -1,0 +1,72 @@
+"""``WWW-Authenticate`` parsing for Bearer challenges (RFC 6750 §3, RFC 9728 §5.1)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# token68 or auth-param: name = token / quoted-string (RFC 9110 §11.2)
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_PARAM = re.compile(rf"\s*({_TOKEN})\s*=\s*({_QUOTED}|{_TOKEN})\s*(?:,|$)")
+_SCHEME = re.compile(rf"\s*,?\s*({_TOKEN})(?:\s+|$)")
+
+
+@dataclass(frozen=True)
+class BearerChallenge:
+    """The parameters of a ``Bearer`` challenge."""
+
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str | None:
+        return self.params.get("error")
+
+    @property
+    def scope(self) -> str | None:
+        scope = self.params.get("scope")
+        return scope if scope and scope.strip() else None
+
+    @property
+    def scopes(self) -> list[str]:
+        return (self.scope or "").split()
+
+    @property
+    def resource_metadata(self) -> str | None:
+        return self.params.get("resource_metadata") or None
+
+
+def _unquote(value: str) -> str:
+    if value.startswith('"'):
+        return re.sub(r"\\(.)", r"\1", value[1:-1])
+    return value
+
+
+def _parse_one(header: str) -> list[tuple[str, dict[str, str]]]:
+    challenges: list[tuple[str, dict[str, str]]] = []
+    pos = 0
+    while pos < len(header):
+        scheme = _SCHEME.match(header, pos)
+        if scheme is None:
+            break
+        pos = scheme.end()
+        params: dict[str, str] = {}
+        while (param := _PARAM.match(header, pos)) is not None:
+            # a following "Scheme name=value" has no '=' right after its first token
+            params.setdefault(param.group(1).lower(), _unquote(param.group(2)))
+            pos = param.end()
+        challenges.append((scheme.group(1).lower(), params))
+        if pos == scheme.end():  # token68 or junk: skip to the next comma
+            comma = header.find(",", pos)
+            pos = len(header) if comma < 0 else comma + 1
+    return challenges
+
+
+def parse_bearer_challenge(headers: Iterable[str]) -> BearerChallenge | None:
+    """The first ``Bearer`` challenge among ``WWW-Authenticate`` header values, if any."""
+    for header in headers:
+        for scheme, params in _parse_one(header):
+            if scheme == "bearer":
+                return BearerChallenge(params)
+    return None

@@ -1,0 +1,123 @@
+"""Driver for the official MCP conformance suite's client scenarios.
+
+    python -m mcpauth.client.conformance URL
+
+The suite sets ``MCP_CONFORMANCE_SCENARIO`` (and ``MCP_CONFORMANCE_CONTEXT`` as JSON for
+scenarios with credentials) and appends the server URL as the last argument. The only choices
+made per scenario are the credentials and the grant, as in the suite's reference client; the
+rest is the ordinary :class:`~mcpauth.client.OAuth` driving the official MCP Python SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from mcpauth.client.auth import OAuth
+from mcpauth.client.callback import CallableRedirectHandler
+from mcpauth.client.enterprise import IdentityAssertion
+from mcpauth.client.errors import ClientError
+from mcpauth.jwt import private_key_from_pem
+
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+REDIRECT_URI = "http://localhost:3000/callback"
+TIMEOUT = 20.0
+
+
+def follow_without_browser(authorization_url: str) -> str:
+    """Stand in for the user: GET the authorization URL and read the redirect's ``Location``."""
+    response = httpx.get(authorization_url, follow_redirects=False, timeout=TIMEOUT)
+    location = response.headers.get("location")
+    if response.status_code not in (301, 302, 303, 307, 308) or not location:
+        raise ClientError(f"the authorization endpoint answered {response.status_code}")
+    return str(response.url.join(location))
+
+
+def build_auth(server_url: str, scenario: str, context: dict[str, Any]) -> OAuth:
+    """The per-scenario choice of credentials and grant; everything else is common."""
+    common: dict[str, Any] = {
+        "client_name": "mcpauth conformance client",
+        "redirect_handler": CallableRedirectHandler(REDIRECT_URI, follow_without_browser),
+    }
+    if scenario == "auth/client-credentials-jwt":
+        key = private_key_from_pem(context["private_key_pem"].encode())
+        return OAuth(
+            server_url,
+            grant="client_credentials",
+            client_id=context["client_id"],
+            private_key=key,
+            signing_alg=context.get("signing_algorithm", "ES256"),
+            **common,
+        )
+    if scenario == "auth/client-credentials-basic":
+        return OAuth(
+            server_url,
+            grant="client_credentials",
+            client_id=context["client_id"],
+            client_secret=context["client_secret"],
+            **common,
+        )
+    if "idp_token_endpoint" in context:
+        identity = IdentityAssertion(
+            idp_token_endpoint=context["idp_token_endpoint"],
+            subject_token=context["idp_id_token"],
+            idp_client_id=context.get("idp_client_id"),
+        )
+        return OAuth(
+            server_url,
+            identity=identity,
+            client_id=context["client_id"],
+            client_secret=context["client_secret"],
+            **common,
+        )
+    if "client_id" in context:  # pre-registration
+        return OAuth(
+            server_url,
+            client_id=context["client_id"],
+            client_secret=context.get("client_secret"),
+            **common,
+        )
+    return OAuth(server_url, client_metadata_url=CIMD_URL, **common)
+
+
+async def exercise(server_url: str, auth: OAuth) -> None:
+    """Initialize, list tools and call the first one, as the scenarios expect."""
+    async with (
+        httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(TIMEOUT)) as http,
+        streamable_http_client(server_url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = await session.list_tools()
+        names = [tool.name for tool in tools.tools]
+        if names:
+            await session.call_tool(names[0], {})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m mcpauth.client.conformance URL", file=sys.stderr)
+        return 2
+    server_url = args[-1]
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    auth = build_auth(server_url, scenario, context)
+    try:
+        anyio.run(exercise, server_url, auth)
+    except ClientError as exc:
+        print(f"conformance client: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Client credentials and token endpoint client authentication (RFC 6749 §2.3, RFC 7523 §2.2)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mcpauth import jwt as jose
+from mcpauth.client._http import basic_authorization
+from mcpauth.client.errors import RegistrationError
+
+JWT_BEARER_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_LIFETIME = 60  # seconds; RFC 7523 §3: short-lived
+
+
+@dataclass(frozen=True)
+class ClientCredentials:
+    """A client ID and how to authenticate with it at the token endpoint.
+
+    ``issuer`` binds stored or pre-registered credentials to one authorization server (MCP
+    2026-07-28 "Authorization Server Binding"); ``None`` means portable (a CIMD URL) or unbound.
+    """
+
+    client_id: str
+    client_secret: str | None = None
+    auth_method: str = "none"  # none | client_secret_basic | client_secret_post | private_key_jwt
+    private_key: jose.PrivateKey | None = field(default=None, repr=False)
+    signing_alg: str = "ES256"
+    key_id: str | None = None
+    issuer: str | None = None
+    source: str = "preregistered"  # preregistered | cimd | dcr
+
+    def __post_init__(self) -> None:
+        if self.auth_method == "private_key_jwt" and self.private_key is None:
+            raise RegistrationError("private_key_jwt needs a private key")
+        if self.auth_method.startswith("client_secret") and not self.client_secret:
+            raise RegistrationError(f"{self.auth_method} needs a client secret")
+
+    def bound_to(self, issuer: str) -> ClientCredentials:
+        return replace(self, issuer=issuer)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (never holds a private key)."""
+        return {
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+            "auth_method": self.auth_method,
+            "issuer": self.issuer,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientCredentials:
+        return cls(
+            client_id=data["client_id"],
+            client_secret=data.get("client_secret"),
+            auth_method=data.get("auth_method", "none"),
+            issuer=data.get("issuer"),
+            source=data.get("source", "dcr"),
+        )
+
+
+def client_assertion(
+    credentials: ClientCredentials, audience: str, *, now: float | None = None
+) -> str:
+    """An RFC 7523 §3 client assertion: ``iss`` = ``sub`` = client_id, ``aud``, ``jti``, ``exp``.
+
+    Raises:
+        RegistrationError: the credentials carry no private key.
+    """
+    if credentials.private_key is None:
+        raise RegistrationError("private_key_jwt needs a private key")
+    issued = int(time.time() if now is None else now)
+    claims = {
+        "iss": credentials.client_id,
+        "sub": credentials.client_id,
+        "aud": audience,
+        "jti": secrets.token_urlsafe(16),
+        "iat": issued,
+        "exp": issued + ASSERTION_LIFETIME,
+    }
+    key, alg = credentials.private_key, credentials.signing_alg
+    kid = credentials.key_id or jose.thumbprint(jose.public_jwk(key.public_key(), kid="", alg=alg))
+    return jose.encode(claims, key, alg=alg, kid=kid, typ="JWT")
+
+
+def authenticate(
+    credentials: ClientCredentials,
+    form: dict[str, str],
+    *,
+    audience: str,
+    now: float | None = None,
+) -> dict[str, str]:
+    """Add client authentication to a token request ``form``; return extra headers."""
+    method = credentials.auth_method
+    if method == "client_secret_basic" and credentials.client_secret:
+        return {
+            "authorization": basic_authorization(credentials.client_id, credentials.client_secret)
+        }
+    if method == "private_key_jwt":
+        # RFC 7523 §2.2: the assertion identifies the client; client_id in the body is optional.
+        form["client_assertion_type"] = JWT_BEARER_ASSERTION
+        form["client_assertion"] = client_assertion(credentials, audience, now=now)
+        return {}
+    form["client_id"] = credentials.client_id
+    if method == "client_secret_post" and credentials.client_secret:
+        form["client_secret"] = credentials.client_secret
+    return {}

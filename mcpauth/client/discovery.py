@@ -1,0 +1,223 @@
+"""Finding the authorization server for an MCP server (MCP "Authorization Server Discovery").
+
+Protected resource metadata first (RFC 9728): the ``resource_metadata`` URL from the challenge,
+else the path-aware well-known URL, else the root one. Then authorization server metadata by
+RFC 8414 and OpenID Connect discovery in the order MCP 2025-11-25 fixes, with the issuer compared
+byte for byte. Servers from 2025-03-26 without PRM get the old fallbacks.
+
+:func:`discover` is a generator: it yields :class:`HTTPRequest` values and receives responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from mcpauth.client._http import HTTPRequest, HTTPResponse, get
+from mcpauth.client.challenge import BearerChallenge
+from mcpauth.client.errors import DiscoveryError, IssuerMismatch, ResourceMismatch, UnsafeURL
+from mcpauth.metadata import AuthorizationServerMetadata, ProtectedResourceMetadata
+from mcpauth.uris import URIError, canonical_resource, is_loopback_host, origin, path_of
+
+Exchange = Generator[HTTPRequest, HTTPResponse, Any]
+ServerSelector = Callable[[list[str]], str]
+
+PRM_SUFFIX = "oauth-protected-resource"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What discovery found: the resource to ask for, the issuer and its metadata."""
+
+    resource: str
+    issuer: str
+    metadata: AuthorizationServerMetadata
+    protected_resource: ProtectedResourceMetadata | None = None
+
+    @property
+    def legacy(self) -> bool:
+        """True for a 2025-03-26 server without protected resource metadata."""
+        return self.protected_resource is None
+
+    def to_json(self) -> dict[str, Any]:
+        prm = self.protected_resource
+        return {
+            "resource": self.resource,
+            "issuer": self.issuer,
+            "metadata": self.metadata.to_json(),
+            "protected_resource": prm.to_json() if prm else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Discovery:
+        prm = data.get("protected_resource")
+        return cls(
+            resource=data["resource"],
+            issuer=data["issuer"],
+            metadata=AuthorizationServerMetadata.model_validate(data["metadata"]),
+            protected_resource=ProtectedResourceMetadata.model_validate(prm) if prm else None,
+        )
+
+
+def check_url(url: str, what: str) -> str:
+    """Allow only https, or http on a loopback host (MCP security best practices, CL-23/24).
+
+    Raises:
+        UnsafeURL: any other scheme (``javascript:``, ``file:``...) or plain http elsewhere.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and is_loopback_host(parts.hostname):
+        return url
+    raise UnsafeURL(f"refusing {what} {url!r}: only https (or http on loopback) is allowed")
+
+
+def prm_urls(server_url: str, resource_metadata: str | None) -> list[str]:
+    """Where to look for protected resource metadata, in order (MCP 2025-11-25, CL-03)."""
+    urls = [resource_metadata] if resource_metadata else []
+    path = path_of(server_url)
+    if path:
+        urls.append(f"{origin(server_url)}/.well-known/{PRM_SUFFIX}{path}")
+    urls.append(f"{origin(server_url)}/.well-known/{PRM_SUFFIX}")
+    return urls
+
+
+def metadata_urls(issuer: str) -> list[str]:
+    """RFC 8414 and OIDC discovery URLs for ``issuer`` in the MCP order (CL-04)."""
+    base, path = origin(issuer), path_of(issuer)
+    if not path:
+        return [
+            f"{base}/.well-known/oauth-authorization-server",
+            f"{base}/.well-known/openid-configuration",
+        ]
+    return [
+        f"{base}/.well-known/oauth-authorization-server{path}",
+        f"{base}/.well-known/openid-configuration{path}",
+        f"{base}{path}/.well-known/openid-configuration",
+    ]
+
+
+def resource_matches(resource: str, server_url: str) -> bool:
+    """The PRM ``resource`` is this server's URL or a path-segment prefix of it (RFC 9728 §3.3)."""
+    try:
+        declared, actual = canonical_resource(resource), canonical_resource(server_url)
+    except URIError:
+        return False
+    if origin(declared) != origin(actual):
+        return False
+    declared_path, actual_path = path_of(declared), path_of(actual)
+    return (
+        not declared_path
+        or actual_path == declared_path
+        or (actual_path.startswith(declared_path + "/"))
+    )
+
+
+def legacy_metadata(server_url: str) -> AuthorizationServerMetadata:
+    """MCP 2025-03-26 default endpoints on the server's origin (path dropped)."""
+    base = origin(server_url)
+    return AuthorizationServerMetadata(
+        issuer=base,
+        authorization_endpoint=f"{base}/authorize",
+        token_endpoint=f"{base}/token",
+        registration_endpoint=f"{base}/register",
+        code_challenge_methods_supported=["S256"],  # 2025-03-26 required PKCE S256 of servers
+    )
+
+
+def fetch_protected_resource(
+    server_url: str, challenge: BearerChallenge | None
+) -> Generator[HTTPRequest, HTTPResponse, ProtectedResourceMetadata | None]:
+    """The first PRM document found, checked against ``server_url``; ``None`` if there is none.
+
+    Raises:
+        ResourceMismatch: the document is for another resource.
+        UnsafeURL: the ``resource_metadata`` URL is not http(s).
+    """
+    hinted = challenge.resource_metadata if challenge else None
+    for url in prm_urls(server_url, hinted):
+        response = yield get(check_url(url, "resource metadata URL"))
+        document = response.json_object() if response.status_code == 200 else None
+        if document is None:
+            continue
+        try:
+            prm = ProtectedResourceMetadata.model_validate(document)
+        except ValidationError:
+            continue
+        if not resource_matches(prm.resource, server_url):
+            raise ResourceMismatch(
+                f"protected resource metadata is for {prm.resource!r}, not {server_url!r}"
+            )
+        return prm
+    return None
+
+
+def fetch_metadata(
+    issuer: str, *, legacy: bool = False
+) -> Generator[HTTPRequest, HTTPResponse, AuthorizationServerMetadata | None]:
+    """The first authorization server metadata document found for ``issuer``.
+
+    ``legacy`` is the 2025-03-26 case: the MCP server's own origin serves the metadata, and the
+    issuer it names need only share that origin.
+
+    Raises:
+        IssuerMismatch: the document's ``issuer`` is not ``issuer`` exactly (RFC 8414 §3.3).
+    """
+    for url in metadata_urls(issuer):
+        response = yield get(url)
+        document = response.json_object() if response.status_code == 200 else None
+        if document is None:
+            continue
+        try:
+            metadata = AuthorizationServerMetadata.model_validate(document)
+        except ValidationError:
+            continue
+        # MCP 2026-07-28: issuer MUST be identical; no normalization of any kind.
+        if metadata.issuer != issuer and not (legacy and origin(metadata.issuer) == issuer):
+            raise IssuerMismatch(
+                f"metadata at {url} names issuer {metadata.issuer!r}, expected {issuer!r}"
+            )
+        return metadata
+    return None
+
+
+def _first_server(servers: list[str]) -> str:
+    return servers[0]
+
+
+def discover(
+    server_url: str,
+    challenge: BearerChallenge | None = None,
+    *,
+    select: ServerSelector = _first_server,
+) -> Generator[HTTPRequest, HTTPResponse, Discovery]:
+    """Run discovery for ``server_url``.
+
+    Raises:
+        DiscoveryError: no authorization server could be found (or one of its subclasses).
+    """
+    prm = yield from fetch_protected_resource(server_url, challenge)
+    if prm is None:
+        issuer = origin(server_url)  # 2025-03-26: the authorization base URL
+    elif not prm.authorization_servers:
+        raise DiscoveryError("protected resource metadata lists no authorization_servers")
+    else:
+        issuer = select(list(prm.authorization_servers))
+    check_url(issuer, "authorization server")
+    metadata = yield from fetch_metadata(issuer, legacy=prm is None)
+    if metadata is None:
+        if prm is not None:
+            raise DiscoveryError(f"no authorization server metadata found for {issuer!r}")
+        metadata = legacy_metadata(server_url)
+    issuer = metadata.issuer
+    for name in ("authorization_endpoint", "token_endpoint", "registration_endpoint"):
+        value = getattr(metadata, name)
+        if value:
+            check_url(value, name)
+    resource = canonical_resource(prm.resource if prm else server_url)
+    return Discovery(resource, issuer, metadata, prm)

@@ -1,0 +1,172 @@
+"""Where the client keeps what it learned: discovery results, client registrations per issuer
+and tokens per issuer + resource + client (MCP 2026-07-28 "Authorization Server Binding").
+
+Tokens carry an absolute expiry and the server metadata is kept, so a restarted process can
+refresh at once instead of authorizing again.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.discovery import Discovery
+from mcpauth.client.tokens import TokenSet
+
+
+@dataclass(frozen=True)
+class TokenKey:
+    """Tokens belong to one authorization server, one resource and one client."""
+
+    issuer: str
+    resource: str
+    client_id: str
+
+    def __str__(self) -> str:
+        return f"{self.issuer} {self.resource} {self.client_id}"
+
+
+class TokenStorage(Protocol):
+    """The storage contract. Implementations must keep secrets private (CL-22)."""
+
+    def get_discovery(self, server_url: str) -> Discovery | None: ...
+    def set_discovery(self, server_url: str, discovery: Discovery) -> None: ...
+    def get_client(self, issuer: str) -> ClientCredentials | None: ...
+    def set_client(self, issuer: str, client: ClientCredentials) -> None: ...
+    def get_tokens(self, key: TokenKey) -> TokenSet | None: ...
+    def set_tokens(self, key: TokenKey, tokens: TokenSet) -> None: ...
+    def delete_tokens(self, key: TokenKey) -> None: ...
+    def forget(self, server_url: str) -> None:
+        """Drop the discovery result for ``server_url`` and the tokens it led to."""
+
+
+class _DocumentStorage(abc.ABC):
+    """The three maps as one JSON-shaped document; subclasses decide where it lives."""
+
+    @abc.abstractmethod
+    def _edit(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        """The document, for reading or changing; changes are kept when the block ends."""
+
+    def _read(self) -> dict[str, Any]:
+        with self._edit() as document:
+            return document
+
+    def get_discovery(self, server_url: str) -> Discovery | None:
+        data = self._read()["discovery"].get(server_url)
+        return Discovery.from_json(data) if data else None
+
+    def set_discovery(self, server_url: str, discovery: Discovery) -> None:
+        with self._edit() as document:
+            document["discovery"][server_url] = discovery.to_json()
+
+    def get_client(self, issuer: str) -> ClientCredentials | None:
+        data = self._read()["clients"].get(issuer)
+        return ClientCredentials.from_json(data) if data else None
+
+    def set_client(self, issuer: str, client: ClientCredentials) -> None:
+        with self._edit() as document:
+            document["clients"][issuer] = client.to_json()
+
+    def get_tokens(self, key: TokenKey) -> TokenSet | None:
+        data = self._read()["tokens"].get(str(key))
+        return TokenSet.from_json(data) if data else None
+
+    def set_tokens(self, key: TokenKey, tokens: TokenSet) -> None:
+        with self._edit() as document:
+            document["tokens"][str(key)] = tokens.to_json()
+
+    def delete_tokens(self, key: TokenKey) -> None:
+        with self._edit() as document:
+            document["tokens"].pop(str(key), None)
+
+    def forget(self, server_url: str) -> None:
+        with self._edit() as document:
+            found = document["discovery"].pop(server_url, None)
+            if found:
+                prefix = f"{found['issuer']} {found['resource']} "
+                for key in [k for k in document["tokens"] if k.startswith(prefix)]:
+                    del document["tokens"][key]
+
+
+def _empty() -> dict[str, Any]:
+    return {"version": 1, "discovery": {}, "clients": {}, "tokens": {}}
+
+
+class MemoryStorage(_DocumentStorage):
+    """Keeps everything in this process only."""
+
+    def __init__(self) -> None:
+        self._document = _empty()
+
+    @contextlib.contextmanager
+    def _edit(self) -> Iterator[dict[str, Any]]:
+        yield self._document
+
+
+def default_path() -> Path:
+    """``$MCPAUTH_CLIENT_STORE``, else ``client.json`` under ``$XDG_STATE_HOME/mcpauth``."""
+    explicit = os.environ.get("MCPAUTH_CLIENT_STORE")
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "mcpauth" / "client.json"
+
+
+class FileStorage(_DocumentStorage):
+    """A JSON file readable by its owner only (mode 0600, directory 0700), replaced atomically
+    and locked while edited so two processes do not lose each other's refresh tokens."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+
+    @contextlib.contextmanager
+    def _edit(self) -> Iterator[dict[str, Any]]:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            document = self._load()
+            before = json.dumps(document, sort_keys=True)
+            yield document
+            if json.dumps(document, sort_keys=True) != before:
+                self._write(document)
+        finally:
+            os.close(lock)  # closing releases the lock
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return _empty()
+        except ValueError:
+            return _empty()  # a corrupt file is treated as empty and rewritten
+        document = _empty()
+        if isinstance(data, dict):
+            for name in ("discovery", "clients", "tokens"):
+                if isinstance(data.get(name), dict):
+                    document[name] = data[name]
+        return document
+
+    def _write(self, document: dict[str, Any]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                fd = -1
+                json.dump(document, handle, indent=2, sort_keys=True)
+            os.replace(tmp, self.path)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()

@@ -1,0 +1,272 @@
+"""The administrative commands behind ``mcpauth users|resources|clients|keys|db``: each works
+on the same database as ``serve``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlmodel import delete, select
+
+from mcpauth.errors import ConfigurationError, OAuthError
+from mcpauth.server import clients
+from mcpauth.server.config import Settings
+from mcpauth.server.context import ServerContext, wall_clock
+from mcpauth.server.keys import KeyManager
+from mcpauth.server.passwords import hash_password
+from mcpauth.server.registration import validate_client_metadata
+from mcpauth.server.secrets import derive_key, new_id, resolve_server_secret
+from mcpauth.server.storage import accounts, migrate
+from mcpauth.server.storage.database import Database, make_engine
+from mcpauth.server.storage.models import Client, Consent, Grant, RefreshToken, Resource, User
+from mcpauth.uris import URIError, canonical_resource
+
+
+class AdminError(ConfigurationError):
+    """An admin command cannot do what was asked; the message says why."""
+
+
+def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
+    """A context on the configured database (upgrading an embedded SQLite one)."""
+    engine = make_engine(settings.database_url)
+    if upgrade and engine.dialect.name == "sqlite":
+        migrate.upgrade(engine)
+    elif not migrate.is_current(engine):
+        raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
+    secret = resolve_server_secret(settings.secret_key, settings.database_url)
+    db = Database(engine)
+    keys = KeyManager(
+        db,
+        secret=secret,
+        alg=settings.signing_alg,
+        access_token_ttl=settings.access_token_ttl,
+        rotation_delay=settings.key_rotation_delay,
+        clock=wall_clock,
+    )
+    return ServerContext(settings, db, keys, wall_clock, derive_key(secret, "mcpauth cookies"))
+
+
+def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]:
+    username = username.strip()
+    if not username or len(username) > 200:
+        raise AdminError("the username must be 1 to 200 characters")
+    if len(password) < 8:
+        raise AdminError("the password must be at least 8 characters")
+    with ctx.db.write() as session:
+        if accounts.user_by_name(session, username) is not None:
+            raise AdminError(f"user {username!r} already exists")
+        user = User(
+            id=new_id(),
+            username=username,
+            password_hash=hash_password(password),
+            created_at=ctx.now(),
+        )
+        session.add(user)
+    return {"id": user.id, "username": user.username}
+
+
+def list_users(ctx: ServerContext) -> list[dict[str, Any]]:
+    with ctx.db.read() as session:
+        return [
+            {"id": u.id, "username": u.username, "created_at": u.created_at}
+            for u in accounts.list_users(session)
+        ]
+
+
+def remove_user(ctx: ServerContext, username: str) -> None:
+    with ctx.db.write() as session:
+        user = accounts.user_by_name(session, username)
+        if user is None:
+            raise AdminError(f"no user {username!r}")
+        grant_ids = list(session.exec(select(Grant.id).where(Grant.user_id == user.id)))
+        session.exec(delete(RefreshToken).where(RefreshToken.grant_id.in_(grant_ids)))  # type: ignore[attr-defined]
+        session.exec(delete(Grant).where(Grant.user_id == user.id))  # type: ignore[arg-type]
+        session.exec(delete(Consent).where(Consent.user_id == user.id))  # type: ignore[arg-type]
+        session.delete(user)
+
+
+def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
+    scopes: dict[str, str] = {}
+    for value in values:
+        name, _, description = value.partition("=")
+        name = name.strip()
+        if not name or " " in name or '"' in name or "\\" in name:
+            raise AdminError(f"invalid scope {value!r}")
+        scopes[name] = description.strip()
+    return scopes
+
+
+def add_resource(
+    ctx: ServerContext,
+    uri: str,
+    *,
+    name: str = "",
+    scopes: Sequence[str] = (),
+    default_scopes: Sequence[str] = (),
+    is_default: bool = False,
+) -> dict[str, Any]:
+    try:
+        canonical = canonical_resource(uri)
+    except URIError as exc:
+        raise AdminError(str(exc)) from exc
+    scope_map = _parse_scopes(scopes)
+    unknown = [s for s in default_scopes if s not in scope_map]
+    if unknown:
+        raise AdminError(f"default scopes not among the resource's scopes: {', '.join(unknown)}")
+    with ctx.db.write() as session:
+        if accounts.get_resource(session, canonical) is not None:
+            raise AdminError(f"resource {canonical} already exists")
+        if is_default:
+            for other in accounts.list_resources(session):
+                if other.is_default:
+                    other.is_default = False
+                    session.add(other)
+        session.add(
+            Resource(
+                uri=canonical,
+                name=name,
+                scopes=scope_map,
+                default_scopes=list(default_scopes),
+                is_default=is_default,
+                created_at=ctx.now(),
+            )
+        )
+    return {
+        "uri": canonical,
+        "name": name,
+        "scopes": scope_map,
+        "default_scopes": list(default_scopes),
+        "default": is_default,
+    }
+
+
+def list_resources(ctx: ServerContext) -> list[dict[str, Any]]:
+    with ctx.db.read() as session:
+        return [
+            {
+                "uri": r.uri,
+                "name": r.name,
+                "scopes": r.scopes,
+                "default_scopes": r.default_scopes,
+                "default": r.is_default,
+            }
+            for r in accounts.list_resources(session)
+        ]
+
+
+def remove_resource(ctx: ServerContext, uri: str) -> None:
+    try:
+        canonical = canonical_resource(uri)
+    except URIError as exc:
+        raise AdminError(str(exc)) from exc
+    with ctx.db.write() as session:
+        resource = accounts.get_resource(session, canonical)
+        if resource is None:
+            raise AdminError(f"no resource {canonical}")
+        session.delete(resource)
+
+
+def add_client(
+    ctx: ServerContext,
+    *,
+    name: str,
+    redirect_uris: Sequence[str] = (),
+    grant_types: Sequence[str] = (),
+    auth_method: str | None = None,
+    jwks_uri: str | None = None,
+    jwks: dict[str, Any] | None = None,
+    scopes: Sequence[str] = (),
+    first_party: bool = False,
+    introspect: bool = False,
+) -> dict[str, Any]:
+    raw: dict[str, Any] = {"client_name": name, "redirect_uris": list(redirect_uris)}
+    if grant_types:
+        raw["grant_types"] = list(grant_types)
+    elif not redirect_uris:
+        raw["grant_types"] = ["client_credentials"]
+    if auth_method:
+        raw["token_endpoint_auth_method"] = auth_method
+    if jwks_uri:
+        raw["jwks_uri"] = jwks_uri
+    if jwks is not None:
+        raw["jwks"] = jwks
+    if scopes:
+        raw["scope"] = " ".join(scopes)
+    with ctx.db.read() as session:
+        known = set(accounts.all_scopes(session)) | {"offline_access"}
+    try:
+        validated = validate_client_metadata(
+            raw, known_scopes=known, auth_methods=clients.AUTH_METHODS, admin=True
+        )
+    except OAuthError as exc:
+        raise AdminError(exc.description) from exc
+    info = clients.create_client(
+        ctx, validated, source="admin", first_party=first_party, introspect=introspect
+    )
+    info.pop("registration_access_token", None)
+    return info
+
+
+def list_clients(ctx: ServerContext) -> list[dict[str, Any]]:
+    with ctx.db.read() as session:
+        return [
+            {
+                "client_id": c.client_id,
+                "client_name": c.client_name,
+                "source": c.source,
+                "token_endpoint_auth_method": c.token_endpoint_auth_method,
+                "redirect_uris": c.redirect_uris,
+                "grant_types": c.grant_types,
+                "first_party": c.first_party,
+                "introspect": c.introspect,
+            }
+            for c in accounts.list_clients(session)
+        ]
+
+
+def remove_client(ctx: ServerContext, client_id: str) -> None:
+    with ctx.db.write() as session:
+        client = session.get(Client, client_id)
+        if client is None:
+            raise AdminError(f"no client {client_id!r}")
+        session.exec(delete(RefreshToken).where(RefreshToken.client_id == client_id))  # type: ignore[arg-type]
+        session.exec(delete(Grant).where(Grant.client_id == client_id))  # type: ignore[arg-type]
+        session.exec(delete(Consent).where(Consent.client_id == client_id))  # type: ignore[arg-type]
+        session.delete(client)
+
+
+def list_keys(ctx: ServerContext) -> list[dict[str, Any]]:
+    now = ctx.now()
+    rows = []
+    for key in ctx.keys.list_keys():
+        if key.expires_at is not None and key.expires_at <= now:
+            state = "expired"
+        elif key.active_at > now:
+            state = "next"
+        elif key.retired_at is not None and key.retired_at <= now:
+            state = "retired"
+        else:
+            state = "active"
+        rows.append(
+            {
+                "kid": key.kid,
+                "alg": key.alg,
+                "state": state,
+                "created_at": key.created_at,
+                "active_at": key.active_at,
+                "retired_at": key.retired_at,
+                "expires_at": key.expires_at,
+            }
+        )
+    return rows
+
+
+def rotate_keys(ctx: ServerContext) -> dict[str, Any]:
+    ctx.keys.ensure_key()
+    key = ctx.keys.rotate()
+    return {"kid": key.kid, "alg": key.alg, "active_at": key.active_at}
+
+
+def dump(data: object) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)

@@ -1,0 +1,135 @@
+"""``create_app(settings)``: the authorization server as a Starlette application."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
+from mcpauth.server.config import Settings
+from mcpauth.server.context import ServerContext, wall_clock
+from mcpauth.server.endpoints import metadata, register
+from mcpauth.server.http import cors, error_response, oauth_errors
+from mcpauth.server.keys import KeyManager
+from mcpauth.server.secrets import derive_key, resolve_server_secret
+from mcpauth.server.storage import migrate
+from mcpauth.server.storage.database import Database, make_engine
+from mcpauth.uris import path_of
+
+log = logging.getLogger("mcpauth.server")
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Upgrade an embedded SQLite database; refuse a shared database that is behind.
+
+    Raises:
+        ConfigurationError: a non-SQLite database is not at the newest revision.
+    """
+    if migrate.is_current(engine):
+        return
+    if engine.dialect.name == "sqlite":
+        migrate.upgrade(engine)
+        return
+    raise ConfigurationError(
+        f"the database schema is at revision {migrate.current_revision(engine)!r} but this "
+        f"version needs {migrate.head_revision()!r}: run `mcpauth db upgrade` first"
+    )
+
+
+def _routes(settings: Settings) -> list[BaseRoute]:
+    base = path_of(settings.issuer)
+    discovery = cors(metadata.metadata)
+    routes: list[BaseRoute] = [
+        # RFC 8414 §3.1 path insertion; OpenID Connect discovery in both path forms
+        Route(
+            f"/.well-known/oauth-authorization-server{base}", discovery, methods=["GET", "OPTIONS"]
+        ),
+        Route(f"/.well-known/openid-configuration{base}", discovery, methods=["GET", "OPTIONS"]),
+        Route(f"{base}/jwks.json", cors(metadata.jwks), methods=["GET", "OPTIONS"]),
+        Route(f"{base}/health", metadata.health, methods=["GET"]),
+    ]
+    if base:
+        routes.append(
+            Route(f"{base}/.well-known/openid-configuration", discovery, methods=["GET", "OPTIONS"])
+        )
+    if settings.registration_policy != "closed":
+        routes.append(
+            Route(
+                f"{base}/register",
+                cors(oauth_errors(register.register)),
+                methods=["POST", "OPTIONS"],
+            )
+        )
+    return routes
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 400
+    error = InvalidRequest(
+        "Not found" if status == 404 else "Method not allowed" if status == 405 else "Bad request"
+    )
+    response = error_response(error)
+    response.status_code = status
+    return response
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(ServerError("The server hit an unexpected error"))
+
+
+def create_app(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Starlette:
+    """The authorization server for ``settings``.
+
+    Raises:
+        ConfigurationError: the settings or the database are not usable.
+    """
+    clock = clock or wall_clock
+    own_engine = engine is None
+    engine = engine or make_engine(settings.database_url)
+    ensure_schema(engine)
+    secret = resolve_server_secret(settings.secret_key, settings.database_url)
+    db = Database(engine)
+    keys = KeyManager(
+        db,
+        secret=secret,
+        alg=settings.signing_alg,
+        access_token_ttl=settings.access_token_ttl,
+        rotation_delay=settings.key_rotation_delay,
+        clock=clock,
+    )
+    keys.ensure_key()
+    ctx = ServerContext(
+        settings=settings,
+        db=db,
+        keys=keys,
+        clock=clock,
+        cookie_secret=derive_key(secret, "mcpauth cookies"),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if own_engine:
+            db.dispose()
+
+    app = Starlette(
+        routes=_routes(settings),
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        lifespan=lifespan,
+    )
+    app.state.mcpauth = ctx
+    return app

@@ -1,0 +1,65 @@
+"""Client creation (registration and the admin command line) and client authentication at
+the token endpoint (RFC 6749 §2.3; secrets compared as digests in constant time)."""
+
+from __future__ import annotations
+
+import secrets as _random
+from typing import Any
+
+from mcpauth.server.context import ServerContext
+from mcpauth.server.registration import ValidatedClient
+from mcpauth.server.secrets import digest, new_token
+from mcpauth.server.storage.models import Client
+
+# Token endpoint client authentication methods this server implements (RFC 8414 order).
+AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+
+
+def new_client_id() -> str:
+    # Never starts with "https://", so it cannot be mistaken for a CIMD URL (AS-32).
+    return _random.token_urlsafe(18)
+
+
+def create_client(
+    ctx: ServerContext,
+    validated: ValidatedClient,
+    *,
+    source: str,
+    first_party: bool = False,
+    introspect: bool = False,
+) -> dict[str, Any]:
+    """Store a new client; return its RFC 7591 §3.2.1 information with the secrets, shown once."""
+    now = ctx.now()
+    client_id = new_client_id()
+    secret = (
+        new_token() if validated.token_endpoint_auth_method.startswith("client_secret") else None
+    )
+    registration_token = new_token()
+    row = Client(
+        client_id=client_id,
+        secret_digest=digest(secret) if secret else None,
+        client_name=validated.client_name,
+        redirect_uris=validated.redirect_uris,
+        grant_types=validated.grant_types,
+        response_types=validated.response_types,
+        token_endpoint_auth_method=validated.token_endpoint_auth_method,
+        application_type=validated.application_type,
+        scope=validated.scope,
+        jwks=validated.jwks,
+        jwks_uri=validated.jwks_uri,
+        client_metadata=validated.document(),
+        first_party=first_party,
+        introspect=introspect,
+        registration_token_digest=digest(registration_token),
+        source=source,
+        created_at=now,
+    )
+    with ctx.db.write() as session:
+        session.add(row)
+    info: dict[str, Any] = {"client_id": client_id, "client_id_issued_at": now}
+    if secret:
+        info["client_secret"] = secret
+        info["client_secret_expires_at"] = 0
+    info["registration_access_token"] = registration_token
+    info.update(validated.document())
+    return info

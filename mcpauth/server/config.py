@@ -1,0 +1,125 @@
+"""Server settings: command-line flags over ``MCPAUTH_*`` environment variables over an
+optional TOML file over defaults. Nothing global: ``create_app`` takes a ``Settings``."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mcpauth.errors import ConfigurationError
+from mcpauth.uris import check_issuer
+
+ENV_PREFIX = "MCPAUTH_"
+RegistrationPolicy = Literal["open", "closed", "token"]
+
+
+def default_data_dir() -> Path:
+    """Where the embedded database and its generated key live (per-user data directory)."""
+    return Path(platformdirs.user_data_dir("mcpauth", appauthor=False))
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{default_data_dir() / 'mcpauth.db'}"
+
+
+class Settings(BaseModel):
+    """Everything the authorization server is configured with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str = "http://127.0.0.1:9000"
+    host: str = "127.0.0.1"
+    port: int = Field(default=9000, ge=0, le=65535)
+    database_url: str = Field(default_factory=default_database_url)
+    # The secret from which the key-encryption key and the cookie-signing key are derived.
+    secret_key: str | None = None
+    signing_alg: Literal["ES256", "RS256", "EdDSA"] = "ES256"
+    access_token_ttl: int = Field(default=600, ge=30, le=86400)
+    authorization_code_ttl: int = Field(default=60, ge=5, le=600)
+    refresh_token_ttl: int = Field(default=30 * 86400, ge=60)
+    refresh_token_idle_ttl: int = Field(default=14 * 86400, ge=60)
+    interaction_ttl: int = Field(default=600, ge=60, le=3600)
+    session_ttl: int = Field(default=8 * 3600, ge=60)
+    key_rotation_delay: int = Field(default=0, ge=0)
+    registration_policy: RegistrationPolicy = "open"
+    initial_access_token: str | None = None
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    login_max_failures: int = Field(default=5, ge=1)
+    login_lockout_seconds: int = Field(default=60, ge=1)
+    trusted_proxies: tuple[str, ...] = ()
+    offline_access: bool = False
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        return check_issuer(value)
+
+    @property
+    def is_https(self) -> bool:
+        return self.issuer.startswith("https://")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def _coerce_env(name: str, value: str) -> Any:
+    if name == "trusted_proxies":
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if name == "offline_access":
+        return value.lower() in ("1", "true", "yes", "on")
+    return value
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _coerce_env(name, raw)
+    return values
+
+
+def from_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"cannot read config file {path}: {exc}") from exc
+    section = data.get("mcpauth", data)
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"{path}: expected a table of settings")
+    return section
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge settings: flags > ``MCPAUTH_*`` environment > TOML file > defaults.
+
+    Raises:
+        ConfigurationError: a value is invalid; the message names the setting.
+    """
+    environ = os.environ if environ is None else environ
+    config_file = config_file or environ.get(ENV_PREFIX + "CONFIG") or None
+    merged: dict[str, Any] = {}
+    if config_file:
+        merged.update(from_toml(config_file))
+    merged.update(from_environment(environ))
+    merged.update({k: v for k, v in (flags or {}).items() if v is not None})
+    try:
+        return Settings(**merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigurationError(f"{where}: {first['msg']}") from exc

@@ -1,0 +1,63 @@
+"""RFC 8414 authorization server metadata, also served as OpenID Connect discovery; the
+``issuer`` is the configured one byte for byte (RFC 8414 §3.3, MCP AS-03)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.server.clients import AUTH_METHODS
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.http import json_response
+from mcpauth.server.storage.accounts import all_scopes
+
+GRANT_TYPES = ["authorization_code", "refresh_token"]
+
+
+def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
+    settings = ctx.settings
+    if settings.offline_access:
+        scopes = sorted({*scopes, "offline_access"})
+    document = AuthorizationServerMetadata(
+        issuer=settings.issuer,
+        authorization_endpoint=ctx.endpoint_url("authorize"),
+        token_endpoint=ctx.endpoint_url("token"),
+        jwks_uri=ctx.endpoint_url("jwks.json"),
+        registration_endpoint=(
+            ctx.endpoint_url("register") if settings.registration_policy != "closed" else None
+        ),
+        scopes_supported=scopes,
+        response_types_supported=["code"],
+        response_modes_supported=["query"],
+        grant_types_supported=GRANT_TYPES,
+        token_endpoint_auth_methods_supported=list(AUTH_METHODS),
+        code_challenge_methods_supported=["S256"],
+        authorization_response_iss_parameter_supported=True,
+        subject_types_supported=["public"],
+    )
+    return document.to_json()
+
+
+def _load_scopes(ctx: ServerContext) -> list[str]:
+    with ctx.db.read() as session:
+        return all_scopes(session)
+
+
+async def metadata(request: Request) -> Response:
+    ctx = get_context(request)
+    scopes = await anyio.to_thread.run_sync(_load_scopes, ctx)
+    return json_response(build_metadata(ctx, scopes), headers={"Cache-Control": "max-age=300"})
+
+
+async def jwks(request: Request) -> Response:
+    ctx = get_context(request)
+    document = await anyio.to_thread.run_sync(ctx.keys.jwks)
+    return json_response(document, headers={"Cache-Control": "max-age=300"})
+
+
+async def health(request: Request) -> Response:
+    return json_response({"status": "ok"}, headers={"Cache-Control": "no-store"})

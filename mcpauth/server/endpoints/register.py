@@ -1,0 +1,47 @@
+"""RFC 7591 dynamic client registration (MCP: MAY, deprecated in 2026-07-28 but still what
+most clients use)."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.errors import InvalidClientMetadata, InvalidToken
+from mcpauth.server import clients
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.http import NO_STORE, json_body, json_response
+from mcpauth.server.registration import ValidatedClient, validate_client_metadata
+from mcpauth.server.secrets import digest, matches
+from mcpauth.server.storage.accounts import all_scopes
+
+
+def _check_initial_access_token(ctx: ServerContext, request: Request) -> None:
+    expected = ctx.settings.initial_access_token
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if not expected or scheme.lower() != "bearer" or not matches(token.strip(), digest(expected)):
+        raise InvalidToken(
+            "Registration requires a valid initial access token",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
+
+
+def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
+    with ctx.db.read() as session:
+        known = set(all_scopes(session))
+    if ctx.settings.offline_access:
+        known.add("offline_access")
+    validated: ValidatedClient = validate_client_metadata(
+        raw, known_scopes=known, auth_methods=clients.AUTH_METHODS
+    )
+    return clients.create_client(ctx, validated, source="dcr")
+
+
+async def register(request: Request) -> Response:
+    ctx = get_context(request)
+    if ctx.settings.registration_policy == "token":
+        _check_initial_access_token(ctx, request)
+    raw = await json_body(request, ctx.settings.max_body_bytes, InvalidClientMetadata)
+    info = await anyio.to_thread.run_sync(_register, ctx, raw)
+    return json_response(info, 201, headers=NO_STORE)

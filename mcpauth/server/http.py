@@ -1,0 +1,144 @@
+"""Request reading and response writing shared by the endpoints: bounded bodies, duplicate
+parameter detection (OAuth 2.1 §3.1: parameters MUST NOT appear more than once), OAuth error
+rendering, no-store caching and CORS for the endpoints that allow it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mcpauth.errors import InvalidRequest, OAuthError
+
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, MCP-Protocol-Version",
+    "Access-Control-Max-Age": "86400",
+}
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class PayloadTooLarge(InvalidRequest):
+    status_code = 413
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status_code = 415
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused past ``limit`` bytes without reading further.
+
+    Raises:
+        PayloadTooLarge: the body (or its declared length) exceeds ``limit``.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def single_valued(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Parameters as a dict; a repeated name is an error; empty values count as absent.
+
+    Raises:
+        InvalidRequest: a parameter appears more than once.
+    """
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            raise InvalidRequest(f"The {name!r} parameter must not be repeated")
+        params[name] = value
+    return {k: v for k, v in params.items() if v != ""}
+
+
+def query_params(request: Request) -> dict[str, str]:
+    """Query parameters, single-valued (see :func:`single_valued`)."""
+    return single_valued(parse_qsl(request.url.query, keep_blank_values=True))
+
+
+async def form_params(request: Request, limit: int) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body, single-valued.
+
+    Raises:
+        UnsupportedMediaType: another content type.
+        PayloadTooLarge: the body is too large.
+        InvalidRequest: a parameter is repeated or the body is not valid UTF-8.
+    """
+    if media_type(request) != "application/x-www-form-urlencoded":
+        raise UnsupportedMediaType("The request body must be application/x-www-form-urlencoded")
+    body = await read_body(request, limit)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("The request body is not valid UTF-8") from exc
+    return single_valued(parse_qsl(text, keep_blank_values=True))
+
+
+async def json_body(request: Request, limit: int, error: type[OAuthError]) -> Any:
+    """A JSON body; malformed, too deep or of the wrong type → ``error``.
+
+    Raises:
+        OAuthError: ``error`` or PayloadTooLarge.
+    """
+    if media_type(request) != "application/json":
+        raise error("The request body must be application/json")
+    body = await read_body(request, limit)
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise error("The request body is not valid JSON") from exc
+
+
+def json_response(
+    data: Any, status_code: int = 200, *, headers: dict[str, str] | None = None
+) -> Response:
+    return JSONResponse(data, status_code=status_code, headers=headers)
+
+
+def error_response(error: OAuthError, *, headers: dict[str, str] | None = None) -> Response:
+    """RFC 6749 §5.2 JSON error body; never cached."""
+    merged = {**NO_STORE, **error.headers, **(headers or {})}
+    return JSONResponse(error.to_dict(), status_code=error.status_code, headers=merged)
+
+
+def cors(endpoint: Endpoint) -> Endpoint:
+    """Allow cross-origin calls (metadata, JWKS, token, registration; never authorize)."""
+
+    async def wrapped(request: Request) -> Response:
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers=CORS_HEADERS)
+        response = await endpoint(request)
+        response.headers.update({"Access-Control-Allow-Origin": "*"})
+        return response
+
+    return wrapped
+
+
+def oauth_errors(endpoint: Endpoint) -> Endpoint:
+    """Render an ``OAuthError`` raised by a JSON endpoint as its RFC response."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except OAuthError as error:
+            return error_response(error)
+
+    return wrapped

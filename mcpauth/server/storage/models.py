@@ -1,0 +1,157 @@
+"""SQLModel tables. Secrets (codes, refresh tokens, client secrets, registration access tokens)
+are stored only as SHA-256 digests; times are integer Unix seconds from the server clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, MetaData, Text
+from sqlmodel import Field, SQLModel
+
+# Stable constraint names so Alembic diffs cleanly on SQLite and PostgreSQL.
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata: MetaData = SQLModel.metadata
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+
+    id: str = Field(primary_key=True, max_length=64)  # opaque, stable: the token `sub`
+    username: str = Field(max_length=200, unique=True)
+    password_hash: str = Field(max_length=255)
+    created_at: int
+
+
+class Client(SQLModel, table=True):
+    __tablename__ = "clients"
+
+    client_id: str = Field(primary_key=True, max_length=2048)
+    secret_digest: str | None = Field(default=None, max_length=64)
+    secret_expires_at: int = 0
+    client_name: str = Field(default="", max_length=200)
+    redirect_uris: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    grant_types: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    response_types: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    token_endpoint_auth_method: str = Field(max_length=40)
+    application_type: str = Field(default="web", max_length=10)
+    scope: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    jwks: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    jwks_uri: str | None = Field(default=None, max_length=2048)
+    client_metadata: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False)
+    )
+    first_party: bool = False
+    introspect: bool = False
+    registration_token_digest: str | None = Field(default=None, max_length=64, index=True)
+    source: str = Field(default="admin", max_length=10)  # admin | dcr | cimd
+    created_at: int
+
+
+class Resource(SQLModel, table=True):
+    __tablename__ = "resources"
+
+    uri: str = Field(primary_key=True, max_length=2048)  # canonical (RFC 8707)
+    name: str = Field(default="", max_length=200)
+    scopes: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    default_scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    is_default: bool = False
+    created_at: int
+
+
+class SigningKey(SQLModel, table=True):
+    __tablename__ = "signing_keys"
+
+    kid: str = Field(primary_key=True, max_length=64)
+    alg: str = Field(max_length=10)
+    public_jwk: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    private_key: str = Field(sa_column=Column(Text, nullable=False))  # Fernet-encrypted PEM
+    created_at: int
+    active_at: int  # signs from this time on (published before)
+    retired_at: int | None = None  # stops signing
+    expires_at: int | None = None  # leaves the JWKS
+
+
+class Grant(SQLModel, table=True):
+    """One user's authorization of one client for one resource: the family of every code,
+    refresh token and access token issued from it."""
+
+    __tablename__ = "grants"
+    __table_args__ = (Index("ix_grants_user_id_client_id", "user_id", "client_id"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(max_length=64)
+    client_id: str = Field(max_length=2048)
+    resource: str = Field(max_length=2048)
+    scope: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_at: int
+    last_used_at: int
+    revoked_at: int | None = None
+
+
+class AuthorizationCode(SQLModel, table=True):
+    __tablename__ = "authorization_codes"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    grant_id: str = Field(max_length=64, index=True)
+    client_id: str = Field(max_length=2048)
+    user_id: str = Field(max_length=64)
+    redirect_uri: str = Field(max_length=2048)
+    code_challenge: str = Field(max_length=128)
+    resource: str = Field(max_length=2048)
+    scope: str = Field(default="", sa_column=Column(Text, nullable=False))
+    offline: bool = False  # a refresh token may be issued
+    auth_time: int
+    created_at: int
+    expires_at: int
+    redeemed_at: int | None = None
+
+
+class RefreshToken(SQLModel, table=True):
+    __tablename__ = "refresh_tokens"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    grant_id: str = Field(max_length=64, index=True)
+    client_id: str = Field(max_length=2048)
+    scope: str = Field(default="", sa_column=Column(Text, nullable=False))
+    resource: str = Field(max_length=2048)
+    created_at: int
+    expires_at: int
+    rotated_at: int | None = None
+
+
+class Consent(SQLModel, table=True):
+    __tablename__ = "consents"
+
+    user_id: str = Field(primary_key=True, max_length=64)
+    client_id: str = Field(primary_key=True, max_length=2048)
+    resource: str = Field(primary_key=True, max_length=2048)
+    scope: str = Field(default="", sa_column=Column(Text, nullable=False))
+    updated_at: int
+
+
+class Interaction(SQLModel, table=True):
+    """A validated authorization request waiting for login and consent."""
+
+    __tablename__ = "interactions"
+
+    id: str = Field(primary_key=True, max_length=64)
+    request: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: int
+    expires_at: int = Field(index=True)
+
+
+class Throttle(SQLModel, table=True):
+    """Failure counters shared by every replica (login, client authentication)."""
+
+    __tablename__ = "throttles"
+
+    key: str = Field(primary_key=True, max_length=300)
+    failures: int = 0
+    window_start: int
+    locked_until: int = 0

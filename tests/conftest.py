@@ -1,0 +1,53 @@
+"""Fixtures shared by every test package: an in-process authorization server on a fresh
+SQLite file, and an httpx client bound to it over ASGI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from mcpauth.server import Settings, create_app
+
+ISSUER = "http://127.0.0.1:9000"
+TEST_SECRET = "test-secret-key-0123456789abcdef"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "issuer": ISSUER,
+            "database_url": f"sqlite:///{tmp_path / 'mcpauth.db'}",
+            "secret_key": TEST_SECRET,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def app(settings: Settings) -> Starlette:
+    return create_app(settings)
+
+
+@pytest.fixture
+async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+        yield client

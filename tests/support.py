@@ -1,0 +1,82 @@
+"""Helpers for end-to-end tests: free loopback ports and real processes with bounded waits
+that are always cleaned up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+VENV_BIN = Path(sys.executable).parent
+MCPAUTH = str(VENV_BIN / "mcpauth")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers (any status), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+@contextmanager
+def running(
+    args: Sequence[str],
+    *,
+    ready_url: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 30.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``args``, wait until ``ready_url`` answers, and stop it (TERM, then KILL) after."""
+    full_env = {**os.environ, **(env or {})}
+    log = open(Path(cwd or ".") / f"process-{os.getpid()}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        list(args), env=full_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        try:
+            wait_for(ready_url, timeout=timeout, process=process)
+        except (RuntimeError, TimeoutError) as exc:
+            log.flush()
+            output = Path(log.name).read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"{exc}\n--- output ---\n{output}") from exc
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        log.close()
+
+
+def run_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None, stdin: str | None = None,
+            cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MCPAUTH, *args], input=stdin, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **(env or {})}, cwd=cwd, check=False,
+    )

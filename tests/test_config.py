@@ -1,0 +1,65 @@
+"""Settings precedence (flags > MCPAUTH_* environment > TOML file > defaults) and the issuer
+rules (RFC 8414 §2; http only on loopback, AS-23)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcpauth.errors import ConfigurationError
+from mcpauth.server.config import load_settings
+from mcpauth.server.secrets import resolve_server_secret
+
+
+def test_flags_override_environment_which_overrides_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "mcpauth.toml"
+    config.write_text('issuer = "https://file.example"\nport = 1111\naccess_token_ttl = 300\n')
+    env = {"MCPAUTH_ISSUER": "https://env.example", "MCPAUTH_PORT": "2222"}
+    settings = load_settings({"port": 3333}, config_file=config, environ=env)
+    assert settings.issuer == "https://env.example"
+    assert settings.port == 3333
+    assert settings.access_token_ttl == 300
+
+
+def test_the_issuer_is_kept_byte_for_byte() -> None:
+    settings = load_settings({"issuer": "https://Auth.Example/tenant1/"}, environ={})
+    assert settings.issuer == "https://Auth.Example/tenant1/"
+
+
+@pytest.mark.parametrize(
+    "issuer",
+    [
+        "http://auth.example",
+        "https://auth.example?x=1",
+        "https://auth.example#f",
+        "ftp://auth.example",
+        "auth.example",
+        "https://user@auth.example",
+    ],
+)
+def test_invalid_issuers_are_refused(issuer: str) -> None:
+    with pytest.raises(ConfigurationError):
+        load_settings({"issuer": issuer}, environ={})
+
+
+@pytest.mark.parametrize("issuer", ["http://127.0.0.1:9000", "http://localhost:9000", "http://[::1]:9000"])
+def test_http_issuers_are_allowed_on_loopback(issuer: str) -> None:
+    assert load_settings({"issuer": issuer}, environ={}).issuer == issuer
+
+
+def test_invalid_values_name_the_setting() -> None:
+    with pytest.raises(ConfigurationError, match="access_token_ttl"):
+        load_settings({"access_token_ttl": 5}, environ={})
+
+
+def test_embedded_database_generates_a_private_secret_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    first = resolve_server_secret(None, url)
+    assert resolve_server_secret(None, url) == first
+    assert (tmp_path / "m.secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_shared_database_requires_a_configured_secret() -> None:
+    with pytest.raises(ConfigurationError, match="MCPAUTH_SECRET_KEY"):
+        resolve_server_secret(None, "postgresql://u@127.0.0.1/db")

@@ -1,0 +1,51 @@
+"""Canonical resource URIs (RFC 8707 §2) and well-known URL building (RFC 8414 §3.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcpauth.uris import URIError, canonical_resource, is_loopback_host, well_known_url
+
+
+@pytest.mark.parametrize(
+    ("given", "canonical"),
+    [
+        ("HTTPS://MCP.Example.com/mcp", "https://mcp.example.com/mcp"),
+        ("https://mcp.example.com:443/mcp", "https://mcp.example.com/mcp"),
+        ("https://mcp.example.com:8443/mcp", "https://mcp.example.com:8443/mcp"),
+        ("https://mcp.example.com/", "https://mcp.example.com/"),
+        ("https://mcp.example.com", "https://mcp.example.com"),
+        ("http://[::1]:8000/Mcp", "http://[::1]:8000/Mcp"),
+    ],
+)
+def test_canonical_resource(given: str, canonical: str) -> None:
+    assert canonical_resource(given) == canonical
+
+
+@pytest.mark.parametrize(
+    "bad", ["https://a.example/mcp#frag", "mcp.example.com", "urn:x:y", "https://u@a.example/"]
+)
+def test_canonical_resource_refuses(bad: str) -> None:
+    with pytest.raises(URIError):
+        canonical_resource(bad)
+
+
+@pytest.mark.parametrize(
+    ("identifier", "url"),
+    [
+        ("https://a.example", "https://a.example/.well-known/oauth-authorization-server"),
+        ("https://a.example/", "https://a.example/.well-known/oauth-authorization-server"),
+        ("https://a.example/tenant1", "https://a.example/.well-known/oauth-authorization-server/tenant1"),
+    ],
+)
+def test_well_known_url_inserts_the_path(identifier: str, url: str) -> None:
+    assert well_known_url(identifier, "oauth-authorization-server") == url
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.9.9.9", True), ("[::1]", True), ("localhost", True),
+     ("10.0.0.1", False), ("example.com", False), (None, False)],
+)
+def test_is_loopback_host(host: str | None, loopback: bool) -> None:
+    assert is_loopback_host(host) is loopback
