@@ -185,6 +185,8 @@ class ProtectedResourceMiddleware:
             await self._refuse(send, InsufficientScope(description), needed)
             return
         user = identity.make_user(verified, digest)
+        # MCP RS-17: the application (and anything it calls) never receives the caller's token.
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
         with identity.bound(scope, verified, user):
             await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
 

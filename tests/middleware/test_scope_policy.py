@@ -120,7 +120,10 @@ async def test_the_body_reaches_the_app_byte_for_byte(
 async def test_duplicate_members_are_refused_so_parsers_cannot_disagree(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
-    raw = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file","name":"delete_file"}}'
+    raw = (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call",'
+        b'"params":{"name":"read_file","name":"delete_file"}}'
+    )
     token = auth_server.mint(scope="mcp:basic files:read")
     async with client_for(protect(**POLICY)) as client:
         response = await client.post("/mcp", content=raw, headers=bearer(token))
@@ -142,11 +145,14 @@ async def test_an_oversized_body_is_refused_with_413(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
     body = json.dumps(call("read_file") | {"pad": "x" * 2000}).encode()
+
+    async def chunks() -> Any:
+        yield body[:500]
+        yield body[500:]
+
     async with client_for(protect(max_body_bytes=1000, **POLICY)) as client:
         response = await client.post("/mcp", content=body, headers=bearer(auth_server.mint()))
-        chunked = await client.post(
-            "/mcp", content=iter([body[:500], body[500:]]), headers=bearer(auth_server.mint())
-        )
+        chunked = await client.post("/mcp", content=chunks(), headers=bearer(auth_server.mint()))
     assert (response.status_code, chunked.status_code) == (413, 413)
     assert recording_app.calls == []
 

@@ -66,9 +66,9 @@ async def test_an_unreachable_authorization_server_gives_503_not_401(
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as http:
-        async with client_for(protect(http_client=http)) as client:
-            response = await client.get("/mcp", headers=bearer(auth_server.mint()))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
+    async with http, client_for(protect(http_client=http)) as client:
+        response = await client.get("/mcp", headers=bearer(auth_server.mint()))
     assert response.status_code == 503
     assert response.json()["error"] == "temporarily_unavailable"
     assert recording_app.calls == []
