@@ -20,6 +20,7 @@ import httpx
 import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from mcpauth.client.auth import OAuth
 from mcpauth.client.callback import CallableRedirectHandler
@@ -111,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     auth = build_auth(server_url, scenario, context)
+    failures: list[BaseException] = []
     try:
         anyio.run(exercise, server_url, auth)
-    except ClientError as exc:
+    except* (ClientError, MCPError) as group:
+        failures.extend(group.exceptions)
+    for exc in failures:
         print(f"conformance client: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
