@@ -1,0 +1,74 @@
+"""Real processes on 127.0.0.1: each gets a listening socket bound to an ephemeral port by the
+test (so the URL is known up front and nothing races for the port) and is always stopped."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mcpauth import jwt
+
+SERVE = Path(__file__).with_name("serve.py")
+
+
+@dataclass
+class Process:
+    url: str
+    popen: subprocess.Popen[bytes]
+
+
+def listening_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    sock.set_inheritable(True)
+    return sock
+
+
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Process]]:
+    """Start ``[python, *argv]`` with a listening socket as ``--fd``; stopped at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+    sockets: list[socket.socket] = []
+
+    def start(*argv: str, path: str = "", script: Path = SERVE, with_fd: bool = True) -> Process:
+        sock = listening_socket()
+        sockets.append(sock)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        args = [sys.executable, str(script), *[a.replace("{url}", url) for a in argv]]
+        if with_fd:
+            args += ["--fd", str(sock.fileno())]
+        popen = subprocess.Popen(args, pass_fds=(sock.fileno(),))
+        started.append(popen)
+        return Process(url=url + path, popen=popen)
+
+    yield start
+    for popen in reversed(started):
+        stop(popen)
+    for sock in sockets:
+        sock.close()
+
+
+@pytest.fixture
+def signing_key(tmp_path: Path) -> tuple[jwt.PrivateKey, Path]:
+    key = jwt.generate_private_key("ES256")
+    path = tmp_path / "key.pem"
+    path.write_bytes(jwt.private_key_to_pem(key))
+    return key, path
