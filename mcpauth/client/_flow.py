@@ -19,7 +19,7 @@ from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery, ServerSelector, discover
 from mcpauth.client.enterprise import IdentityAssertion, exchange_for_id_jag
-from mcpauth.client.errors import RegistrationError, TokenRequestFailed
+from mcpauth.client.errors import LoginRequired, RegistrationError, TokenRequestFailed
 from mcpauth.client.registration import (
     RegistrationOptions,
     check_preregistered,
@@ -132,12 +132,18 @@ class OAuthFlow:
                 return
             response = yield Resend(used.authorization)
 
-    def acquire_flow(self, *, force: bool = False) -> Flow:
-        """A usable token without a caller's request (``mcpauth login`` / ``token``)."""
+    def acquire_flow(self, *, force: bool = False, interactive: bool = True) -> Flow:
+        """A usable token without a caller's request (``mcpauth login`` / ``token``).
+
+        Raises:
+            LoginRequired: a user would have to authorize and ``interactive`` is false.
+        """
         if not force:
             tokens = yield from self.current_tokens()
             if tokens is not None and not tokens.expires_within(0, self.config.clock()):
                 return tokens
+        if not interactive and self.config.grant == "authorization_code":
+            raise LoginRequired(f"not logged in to {self.server_url}; run `mcpauth login` first")
         yield Lock()
         response = yield _probe(self.server_url)
         challenge = parse_bearer_challenge(response.challenges)

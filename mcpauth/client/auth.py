@@ -195,16 +195,19 @@ class OAuth(httpx.Auth, httpx2.Auth):
 
     # -- standalone use (CLI, scripts) -------------------------------------------------------
 
-    def token_sync(self, *, force: bool = False, client: httpx.Client | None = None) -> TokenSet:
-        """A valid token for the server: stored, refreshed or newly authorized.
+    def token_sync(
+        self, *, force: bool = False, interactive: bool = True, client: httpx.Client | None = None
+    ) -> TokenSet:
+        """A valid token for the server: stored, refreshed or (if ``interactive``) authorized.
 
         Raises:
+            LoginRequired: only a user could authorize and ``interactive`` is false.
             ClientError: it could not be obtained.
         """
-        with (
-            httpx.Client(timeout=30.0) if client is None else contextlib.nullcontext(client) as http
-        ):
-            bridge = self._bridge(self.flow.acquire_flow(force=force), None)
+        flow = self.flow.acquire_flow(force=force, interactive=interactive)
+        own = httpx.Client(timeout=30.0) if client is None else contextlib.nullcontext(client)
+        with own as http:
+            bridge = self._bridge(flow, None)
             try:
                 wire = next(bridge)
                 while True:

@@ -148,10 +148,10 @@ class LoopbackRedirectHandler:
 
     def _show(self, url: str) -> None:
         out = self.out or sys.stderr
-        if self.open_browser and webbrowser.open(url):
-            print("Opened the browser to sign in. Waiting for the redirect...", file=out)
-            return
-        print(f"Open this URL in a browser to sign in:\n\n    {url}\n", file=out)
+        print(f"Open this URL in a browser to sign in:\n\n    {url}\n", file=out, flush=True)
+        if self.open_browser:
+            # webbrowser may wait for the browser process; the listener must keep serving meanwhile
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
     def cancel(self) -> None:
         self._cancelled.set()

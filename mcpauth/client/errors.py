@@ -6,6 +6,7 @@ MCPAuthError                         (mcpauth.errors)
     │   ├── ResourceMismatch         PRM ``resource`` is not this server (RFC 9728 §3.3)
     │   ├── IssuerMismatch           metadata ``issuer`` differs from the one asked for
     │   └── UnsafeURL                a URL that is not http(s), or plain http off loopback
+    ├── LoginRequired                no usable token and no permission to ask the user
     ├── PKCENotSupported             the server does not advertise S256
     ├── RegistrationError            no way to obtain a client ID, or the server refused
     ├── AuthorizationFailed          the redirect came back with an error, bad state or iss
@@ -36,6 +37,10 @@ class IssuerMismatch(DiscoveryError):
 
 class UnsafeURL(DiscoveryError):
     """A URL from a server is not one this client will contact or open."""
+
+
+class LoginRequired(ClientError):
+    """No stored or refreshable token, and this call may not start an authorization."""
 
 
 class PKCENotSupported(ClientError):

@@ -1,0 +1,128 @@
+"""``mcpauth login | token | logout``: the client helper on the command line.
+
+Progress goes to stderr; ``token`` prints only the access token on stdout. Exit codes:
+0 success, 1 the token endpoint or server refused, 3 login required, 4 authorization failed or
+was denied, 5 discovery or registration failed, 6 network error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_LOGIN_REQUIRED = 3
+EXIT_AUTHORIZATION_FAILED = 4
+EXIT_DISCOVERY_FAILED = 5
+EXIT_NETWORK = 6
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", help="the MCP server URL")
+    parser.add_argument("--store", metavar="FILE", help="token file (MCPAUTH_CLIENT_STORE)")
+    parser.add_argument("--client-id", help="a pre-registered client ID")
+    parser.add_argument(
+        "--client-secret-env",
+        metavar="VAR",
+        help="environment variable holding the client secret (never pass secrets as arguments)",
+    )
+    parser.add_argument("--client-metadata-url", metavar="URL", help="a CIMD client ID URL")
+    parser.add_argument(
+        "--client-credentials",
+        action="store_true",
+        help="machine to machine: use the client_credentials grant (needs --client-id and secret)",
+    )
+
+
+def add_client_parsers(subparsers: Any) -> None:
+    """Add ``login``, ``token`` and ``logout`` to an ``argparse`` subparsers object.
+
+    Each sets ``handler`` (``Namespace -> int``) through ``set_defaults``.
+    """
+    login = subparsers.add_parser("login", help="sign in to an MCP server and store the tokens")
+    _client_options(login)
+    login.add_argument("--scope", action="append", default=[], help="scope to request (repeat)")
+    login.add_argument("--no-browser", action="store_true", help="print the URL, open nothing")
+    login.add_argument("--port", type=int, default=0, help="loopback redirect port (0: any)")
+    login.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for sign-in")
+    login.set_defaults(handler=cmd_login)
+
+    token = subparsers.add_parser("token", help="print a valid access token (refreshing it)")
+    _client_options(token)
+    token.add_argument("--login", action="store_true", help="sign in if there is no usable token")
+    token.set_defaults(handler=cmd_token, scope=[], no_browser=False, port=0, timeout=300.0)
+
+    logout = subparsers.add_parser("logout", help="forget the tokens stored for an MCP server")
+    logout.add_argument("url", help="the MCP server URL")
+    logout.add_argument("--store", metavar="FILE", help="token file (MCPAUTH_CLIENT_STORE)")
+    logout.set_defaults(handler=cmd_logout)
+
+
+def _oauth(args: argparse.Namespace) -> Any:
+    from mcpauth.client.auth import OAuth
+    from mcpauth.client.callback import LoopbackRedirectHandler
+    from mcpauth.client.storage import FileStorage
+
+    secret = os.environ.get(args.client_secret_env) if args.client_secret_env else None
+    handler = LoopbackRedirectHandler(
+        port=args.port, open_browser=not args.no_browser, timeout=args.timeout
+    )
+    return OAuth(
+        args.url,
+        storage=FileStorage(args.store),
+        client_name="mcpauth",
+        scopes=args.scope,
+        client_id=args.client_id,
+        client_secret=secret,
+        client_metadata_url=args.client_metadata_url,
+        grant="client_credentials" if args.client_credentials else None,
+        redirect_handler=handler,
+    )
+
+
+def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any]:
+    import httpx
+
+    from mcpauth.client import errors
+
+    outcomes: list[tuple[type[BaseException], int]] = [
+        (errors.LoginRequired, EXIT_LOGIN_REQUIRED),
+        (errors.AuthorizationFailed, EXIT_AUTHORIZATION_FAILED),
+        (errors.DiscoveryError, EXIT_DISCOVERY_FAILED),
+        (errors.RegistrationError, EXIT_DISCOVERY_FAILED),
+        (errors.PKCENotSupported, EXIT_DISCOVERY_FAILED),
+        (errors.ClientError, EXIT_REFUSED),
+        (httpx.HTTPError, EXIT_NETWORK),
+    ]
+    try:
+        return EXIT_OK, _oauth(args).token_sync(force=force, interactive=interactive)
+    except (errors.ClientError, httpx.HTTPError) as exc:
+        print(f"mcpauth: {exc}", file=sys.stderr)
+        code = next(code for kind, code in outcomes if isinstance(exc, kind))
+        return code, None
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    code, _ = _run(args, interactive=True, force=True)
+    if code == EXIT_OK:
+        print(f"Logged in to {args.url}.", file=sys.stderr)
+    return code
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    code, tokens = _run(args, interactive=args.login, force=False)
+    if code == EXIT_OK:
+        print(tokens.access_token)
+    return code
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    from mcpauth.client.auth import OAuth
+    from mcpauth.client.storage import FileStorage
+
+    OAuth(args.url, storage=FileStorage(args.store)).forget()
+    print(f"Forgot the tokens for {args.url}.", file=sys.stderr)
+    return EXIT_OK
