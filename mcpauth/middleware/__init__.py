@@ -9,6 +9,8 @@ from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
 from mcpauth.middleware.policy import ScopePolicy
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
+from mcpauth.middleware.proxy import IdentityHeaders, UpstreamProxy
+from mcpauth.middleware.proxy_stdio import StdioBridge
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
     metadata_url,
@@ -22,6 +24,7 @@ from mcpauth.middleware.verifier import (
 )
 
 __all__ = [
+    "IdentityHeaders",
     "IntrospectionVerifier",
     "JWKSCache",
     "JWTVerifier",
@@ -29,8 +32,10 @@ __all__ = [
     "ProtectedResourceMiddleware",
     "ResourceMetadataEndpoint",
     "ScopePolicy",
+    "StdioBridge",
     "TokenUser",
     "TokenVerifier",
+    "UpstreamProxy",
     "VerifiedToken",
     "current_token",
     "metadata_url",

@@ -44,17 +44,22 @@ def stop(popen: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., Process]]:
-    """Start ``[python, *argv]`` with a listening socket as ``--fd``; stopped at teardown."""
+    """Start ``[python, script, *argv]`` with a listening socket passed as ``--fd`` (before any
+    ``--``); ``{url}`` in ``argv`` becomes the socket's URL. Stopped at teardown."""
     started: list[subprocess.Popen[bytes]] = []
     sockets: list[socket.socket] = []
 
-    def start(*argv: str, path: str = "", script: Path = SERVE, with_fd: bool = True) -> Process:
+    def start(
+        *argv: str, path: str = "", script: Path = SERVE, module: str | None = None
+    ) -> Process:
         sock = listening_socket()
         sockets.append(sock)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        args = [sys.executable, str(script), *[a.replace("{url}", url) for a in argv]]
-        if with_fd:
-            args += ["--fd", str(sock.fileno())]
+        fd = ["--fd", str(sock.fileno())]
+        argv = tuple(a.replace("{url}", url) for a in argv)
+        split = argv.index("--") if "--" in argv else len(argv)
+        target = ["-m", module] if module else [str(script)]
+        args = [sys.executable, *target, *argv[:split], *fd, *argv[split:]]
         popen = subprocess.Popen(args, pass_fds=(sock.fileno(),))
         started.append(popen)
         return Process(url=url + path, popen=popen)

@@ -8,6 +8,7 @@ python serve.py mcp-stdio                      (an MCP server on stdin/stdout)
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from pathlib import Path
@@ -72,9 +73,14 @@ def mcp_server(name: str = "e2e") -> MCPServer:
         return f"counted {n}"
 
     @server.tool()
-    def echo_headers() -> str:
-        """Whatever X-MCPAuth headers and Authorization reached the server (proxy tests)."""
-        return "n/a"
+    def identity(ctx: Context) -> str:
+        """What reached this server: X-MCPAuth headers over HTTP, MCPAUTH_* env over stdio."""
+        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+        if headers:
+            names = ("x-mcpauth-subject", "x-mcpauth-client", "x-mcpauth-scopes", "authorization")
+            return "|".join(headers.get(name, "-") for name in names)
+        names = ("MCPAUTH_SUBJECT", "MCPAUTH_CLIENT", "MCPAUTH_SCOPES")
+        return "|".join(os.environ.get(name, "-") for name in names)
 
     return server
 

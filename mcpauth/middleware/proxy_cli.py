@@ -1,0 +1,131 @@
+"""The ``mcpauth proxy`` command: argument parsing, app assembly, and serving with uvicorn.
+
+mcpauth proxy --upstream URL --resource URL --authorization-server URL
+              [--host H] [--port P] [--scope S]... [--tool-scope TOOL=SCOPE]...
+mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]...
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from collections.abc import Sequence
+
+from mcpauth.middleware._asgi import ASGIApp
+from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
+from mcpauth.middleware.proxy import IdentityHeaders, UpstreamProxy
+from mcpauth.uris import URIError, canonical_resource, path_of
+
+__all__ = ["add_proxy_parser", "build_proxy_app", "main", "run_proxy"]
+
+
+def _tool_scope(value: str) -> tuple[str, str]:
+    tool, sep, scope = value.partition("=")
+    if not sep or not tool or not scope.strip():
+        raise argparse.ArgumentTypeError(f"expected TOOL=SCOPE, got {value!r}")
+    return tool, scope
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the proxy's options to ``parser``."""
+    parser.add_argument("--upstream", help="URL of the upstream MCP endpoint (HTTP mode)")
+    parser.add_argument(
+        "--resource", required=True, help="canonical URI of this protected resource"
+    )
+    parser.add_argument(
+        "--authorization-server", action="append", required=True, dest="authorization_servers",
+        metavar="URL", help="issuer of accepted tokens (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--fd", type=int, help="serve on this inherited listening socket")
+    parser.add_argument(
+        "--scope", action="append", default=[], dest="scopes", metavar="S",
+        help="scope every request needs (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-scope", action="append", default=[], type=_tool_scope, dest="tool_scopes",
+        metavar="TOOL=SCOPE", help="extra scope a tool needs (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--resource-name")
+    parser.add_argument("--subject-header", default=IdentityHeaders.subject)
+    parser.add_argument("--client-header", default=IdentityHeaders.client)
+    parser.add_argument("--scopes-header", default=IdentityHeaders.scopes)
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG]... (stdio mode)"
+    )
+    return parser
+
+
+def add_proxy_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register ``proxy`` on an ``argparse`` sub-parser collection; dispatch to
+    :func:`run_proxy` via ``set_defaults(handler=run_proxy)``."""
+    parser = subparsers.add_parser(
+        "proxy", help="protect an MCP server (HTTP upstream or stdio command) with OAuth"
+    )
+    configure_parser(parser)
+    parser.set_defaults(handler=run_proxy)
+    return parser
+
+
+def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
+    """The protected proxy app described by parsed ``args``.
+
+    Raises:
+        ValueError: neither or both of ``--upstream`` and a command, or a bad resource URI.
+    """
+    command = [part for part in args.command if part != "--"] if args.command else []
+    if bool(args.upstream) == bool(command):
+        raise ValueError("give either --upstream URL or -- COMMAND [ARG]...")
+    resource = canonical_resource(args.resource)
+    inner: ASGIApp
+    if args.upstream:
+        headers = IdentityHeaders(args.subject_header, args.client_header, args.scopes_header)
+        inner = UpstreamProxy(
+            args.upstream, path=path_of(resource) or "/", identity_headers=headers
+        )
+    else:
+        from mcpauth.middleware.proxy_stdio import StdioBridge
+
+        inner = StdioBridge(command)
+    tool_scopes: dict[str, list[str]] = {}
+    for tool, scope in args.tool_scopes:
+        tool_scopes.setdefault(tool, []).extend(scope.split())
+    return ProtectedResourceMiddleware(
+        inner,
+        resource=resource,
+        authorization_servers=args.authorization_servers,
+        required_scopes=args.scopes,
+        scopes_supported=sorted(set(args.scopes)) or None,
+        tool_scopes=tool_scopes or None,
+        resource_name=args.resource_name,
+    )
+
+
+def run_proxy(args: argparse.Namespace) -> int:
+    """Serve the proxy until interrupted; returns the exit status."""
+    import uvicorn
+
+    try:
+        app = build_proxy_app(args)
+    except (ValueError, URIError) as exc:
+        print(f"mcpauth proxy: {exc}", file=sys.stderr)
+        return 2
+    config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", log_level="info")
+    server = uvicorn.Server(config)
+    sockets = [socket.socket(fileno=args.fd)] if args.fd is not None else None
+    server.run(sockets=sockets)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mcpauth.middleware.proxy_cli``: the proxy without the ``mcpauth`` CLI."""
+    parser = configure_parser(argparse.ArgumentParser(prog="mcpauth proxy"))
+    return run_proxy(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

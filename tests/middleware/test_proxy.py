@@ -1,0 +1,146 @@
+"""The HTTP proxy in process: identity headers instead of the token (MCP RS-17), spoofed
+identity headers stripped, 502 on upstream failure, CLI argument handling."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.middleware.proxy import UpstreamProxy
+from mcpauth.middleware.proxy_cli import add_proxy_parser, build_proxy_app
+
+from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, client_for, rpc
+
+pytestmark = pytest.mark.anyio
+
+
+async def echo(request: Request) -> JSONResponse:
+    return JSONResponse(
+        {
+            "headers": dict(request.headers),
+            "body": (await request.body()).decode(),
+            "query": request.url.query,
+        },
+        headers={"Connection": "close", "X-Upstream": "1"},
+    )
+
+
+upstream_app = Starlette(routes=[Route("/upstream/mcp", echo, methods=["GET", "POST", "DELETE"])])
+
+
+def protected_proxy(as_http: httpx.AsyncClient, transport: httpx.AsyncBaseTransport) -> Any:
+    proxy = UpstreamProxy(
+        "http://upstream.internal/upstream/mcp",
+        path="/mcp",
+        client=httpx.AsyncClient(transport=transport),
+    )
+    return ProtectedResourceMiddleware(
+        proxy, resource=RESOURCE, authorization_servers=[ISSUER], http_client=as_http
+    )
+
+
+async def test_the_proxy_forwards_identity_and_never_the_token_rs_17(
+    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+) -> None:
+    token = auth_server.mint(sub="alice", client_id="c1", scope="mcp:basic files:read")
+    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    spoofed = {
+        "X-MCPAuth-Subject": "root",
+        "x-mcpauth-client": "admin",
+        "X-MCPAuth-Other": "x",
+        "Proxy-Authorization": "Basic x",
+    }
+    async with client_for(app) as client:
+        response = await client.post(
+            "/mcp?x=1", json=rpc("tools/list"), headers={**bearer(token), **spoofed}
+        )
+    assert response.status_code == 200
+    seen = response.json()
+    headers = seen["headers"]
+    assert headers["x-mcpauth-subject"] == "alice"
+    assert headers["x-mcpauth-client"] == "c1"
+    assert headers["x-mcpauth-scopes"] == "mcp:basic files:read"
+    assert "x-mcpauth-other" not in headers
+    assert "authorization" not in headers
+    assert "proxy-authorization" not in headers
+    assert token not in str(seen)
+    assert headers["host"] == "upstream.internal"
+    assert seen["query"] == "x=1"
+    assert '"tools/list"' in seen["body"]
+    assert response.headers["x-upstream"] == "1"
+    assert "connection" not in response.headers
+
+
+async def test_an_unreachable_upstream_gives_502_with_a_json_rpc_body(
+    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    app = protected_proxy(as_http, httpx.MockTransport(refuse))
+    async with client_for(app) as client:
+        response = await client.post("/mcp", json=rpc("ping"), headers=bearer(auth_server.mint()))
+    assert response.status_code == 502
+    body = response.json()
+    assert body["jsonrpc"] == "2.0"
+    assert body["error"]["message"] == "Upstream MCP server unavailable"
+
+
+async def test_the_proxy_serves_only_the_resource_path(
+    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+) -> None:
+    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    async with client_for(app) as client:
+        response = await client.get("/elsewhere", headers=bearer(auth_server.mint()))
+    assert response.status_code == 404
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mcpauth")
+    add_proxy_parser(parser.add_subparsers(dest="cmd"))
+    return parser.parse_args(["proxy", *argv])
+
+
+def test_the_cli_parses_http_and_stdio_modes() -> None:
+    base = ["--resource", RESOURCE, "--authorization-server", ISSUER]
+    http_mode = parse(
+        [
+            *base,
+            "--upstream",
+            "http://127.0.0.1:9/mcp",
+            "--scope",
+            "a",
+            "--tool-scope",
+            "rm=files:write",
+        ]
+    )
+    assert http_mode.upstream == "http://127.0.0.1:9/mcp"
+    assert http_mode.tool_scopes == [("rm", "files:write")]
+    middleware = build_proxy_app(http_mode)
+    assert isinstance(middleware, ProtectedResourceMiddleware)
+    assert middleware.policy.targets["tools"] == {"rm": {"files:write"}}
+    stdio_mode = parse([*base, "--", "python", "server.py", "--flag"])
+    assert [p for p in stdio_mode.command if p != "--"] == ["python", "server.py", "--flag"]
+    assert callable(stdio_mode.handler)
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--upstream", "http://127.0.0.1:9/mcp", "--", "python"]], ids=["neither", "both"]
+)
+def test_the_cli_needs_exactly_one_of_upstream_and_command(extra: list[str]) -> None:
+    args = parse(["--resource", RESOURCE, "--authorization-server", ISSUER, *extra])
+    with pytest.raises(ValueError, match="either"):
+        build_proxy_app(args)
+
+
+def test_a_malformed_tool_scope_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit):
+        parse(["--resource", RESOURCE, "--authorization-server", ISSUER, "--tool-scope", "nope"])
