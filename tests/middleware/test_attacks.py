@@ -163,6 +163,8 @@ async def test_a_one_megabyte_authorization_header_is_refused_before_decoding_ro
 
     monkeypatch.setattr(pyjwt, "get_unverified_header", must_not_decode)
     monkeypatch.setattr(pyjwt, "decode", must_not_decode)
+    monkeypatch.setattr(jwt, "unverified_header", must_not_decode)
+    monkeypatch.setattr(jwt, "verify", must_not_decode)
     async with client_for(protect()) as client:
         response = await client.post(
             "/mcp", json=rpc("tools/list"), headers=bearer("a" * (1024 * 1024))

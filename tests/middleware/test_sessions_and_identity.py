@@ -180,3 +180,50 @@ def test_the_public_api_is_exactly_what_all_lists() -> None:
     assert exported == public
     for name in exported:
         assert getattr(mcpauth.middleware, name).__doc__, name
+
+
+async def test_without_the_sdk_request_user_is_a_starlette_user_named_by_subject(
+    auth_server: FakeAuthorizationServer,
+    recording_app: RecordingApp,
+    protect: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mcpauth.middleware import TokenUser, _sdk
+
+    monkeypatch.setattr(_sdk, "_sdk", lambda: None)
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["user"])
+        await recording_app(scope, receive, send)
+
+    async with client_for(protect(app=app)) as client:
+        await client.get("/mcp", headers=bearer(auth_server.mint(sub="dave", client_id="c9")))
+    user = seen[0]
+    assert isinstance(user, TokenUser)
+    assert (user.display_name, user.client_id, user.is_authenticated) == ("dave", "c9", True)
+    assert recording_app.calls[0]["scopes"] == ["mcp:basic"]
+
+
+@pytest.mark.parametrize("authorized", [False, True])
+async def test_websockets_are_protected_too(
+    authorized: bool, auth_server: FakeAuthorizationServer, protect: Any
+) -> None:
+    reached: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["user"])
+
+    headers = [(b"authorization", f"Bearer {auth_server.mint()}".encode())] if authorized else []
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "websocket.connect"}
+
+    scope = {"type": "websocket", "path": "/mcp", "headers": headers}
+    await protect(app=app)(scope, receive, send)
+    assert bool(reached) is authorized
+    assert (sent == [{"type": "websocket.close", "code": 1008}]) is not authorized
