@@ -25,7 +25,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for(
+    url: str, *, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     """Poll ``url`` until it answers (any status), at most ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -52,7 +54,11 @@ def running(
     full_env = {**os.environ, **(env or {})}
     log = open(Path(cwd or ".") / f"process-{os.getpid()}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     process = subprocess.Popen(
-        list(args), env=full_env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+        list(args),
+        env=full_env,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
@@ -74,9 +80,20 @@ def running(
         log.close()
 
 
-def run_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None, stdin: str | None = None,
-            cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    cwd: str | Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [MCPAUTH, *args], input=stdin, capture_output=True, text=True, timeout=60,
-        env={**os.environ, **(env or {})}, cwd=cwd, check=False,
+        [MCPAUTH, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        check=False,
     )

@@ -43,7 +43,9 @@ def test_invalid_issuers_are_refused(issuer: str) -> None:
         load_settings({"issuer": issuer}, environ={})
 
 
-@pytest.mark.parametrize("issuer", ["http://127.0.0.1:9000", "http://localhost:9000", "http://[::1]:9000"])
+@pytest.mark.parametrize(
+    "issuer", ["http://127.0.0.1:9000", "http://localhost:9000", "http://[::1]:9000"]
+)
 def test_http_issuers_are_allowed_on_loopback(issuer: str) -> None:
     assert load_settings({"issuer": issuer}, environ={}).issuer == issuer
 

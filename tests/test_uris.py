@@ -35,7 +35,10 @@ def test_canonical_resource_refuses(bad: str) -> None:
     [
         ("https://a.example", "https://a.example/.well-known/oauth-authorization-server"),
         ("https://a.example/", "https://a.example/.well-known/oauth-authorization-server"),
-        ("https://a.example/tenant1", "https://a.example/.well-known/oauth-authorization-server/tenant1"),
+        (
+            "https://a.example/tenant1",
+            "https://a.example/.well-known/oauth-authorization-server/tenant1",
+        ),
     ],
 )
 def test_well_known_url_inserts_the_path(identifier: str, url: str) -> None:
@@ -44,8 +47,15 @@ def test_well_known_url_inserts_the_path(identifier: str, url: str) -> None:
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.9.9.9", True), ("[::1]", True), ("localhost", True),
-     ("10.0.0.1", False), ("example.com", False), (None, False)],
+    [
+        ("127.0.0.1", True),
+        ("127.9.9.9", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        (None, False),
+    ],
 )
 def test_is_loopback_host(host: str | None, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback

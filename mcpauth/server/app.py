@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, wall_clock
-from mcpauth.server.endpoints import metadata, register
+from mcpauth.server.endpoints import account, authorize, interaction, metadata, register, token
 from mcpauth.server.http import cors, error_response, oauth_errors
 from mcpauth.server.keys import KeyManager
 from mcpauth.server.secrets import derive_key, resolve_server_secret
@@ -55,6 +55,19 @@ def _routes(settings: Settings) -> list[BaseRoute]:
         Route(f"/.well-known/openid-configuration{base}", discovery, methods=["GET", "OPTIONS"]),
         Route(f"{base}/jwks.json", cors(metadata.jwks), methods=["GET", "OPTIONS"]),
         Route(f"{base}/health", metadata.health, methods=["GET"]),
+    ]
+    routes += [
+        Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
+        Route(f"{base}/token", cors(oauth_errors(token.token)), methods=["POST", "OPTIONS"]),
+        Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
+        Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
+        Route(
+            f"{base}/interaction/{{interaction_id}}/consent", interaction.consent, methods=["POST"]
+        ),
+        Route(f"{base}/account", account.page, methods=["GET"]),
+        Route(f"{base}/account/login", account.login, methods=["POST"]),
+        Route(f"{base}/account/logout", account.logout, methods=["POST"]),
+        Route(f"{base}/account/grants/{{grant_id}}/revoke", account.revoke, methods=["POST"]),
     ]
     if base:
         routes.append(

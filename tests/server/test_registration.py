@@ -87,7 +87,11 @@ INVALID: list[tuple[str, Any, str]] = [
     ("unknown scope", with_(scope="admin:everything"), META),
     ("malformed scope", with_(scope='files:read "quoted"'), META),
     ("contacts not strings", with_(contacts=[1, 2]), META),
-    ("too many redirect URIs", with_(redirect_uris=[f"https://a.example/{i}" for i in range(21)]), META),
+    (
+        "too many redirect URIs",
+        with_(redirect_uris=[f"https://a.example/{i}" for i in range(21)]),
+        META,
+    ),
 ]
 
 
@@ -115,7 +119,9 @@ async def test_malformed_json_is_invalid_client_metadata(http: httpx.AsyncClient
     assert response.json()["error"] == META
 
 
-async def test_deeply_nested_json_is_refused_without_a_server_error(http: httpx.AsyncClient) -> None:
+async def test_deeply_nested_json_is_refused_without_a_server_error(
+    http: httpx.AsyncClient,
+) -> None:
     body = "[" * 20000 + "]" * 20000
     response = await http.post(
         "/register", content=body.encode(), headers={"content-type": "application/json"}
@@ -219,7 +225,9 @@ async def test_closed_registration_has_no_endpoint_and_is_not_advertised(
 async def test_token_policy_requires_the_initial_access_token(
     make_settings: Callable[..., Settings],
 ) -> None:
-    app = create_app(make_settings(registration_policy="token", initial_access_token="iat-secret-1"))
+    app = create_app(
+        make_settings(registration_policy="token", initial_access_token="iat-secret-1")
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
         missing = await http.post("/register", json=VALID)
         wrong = await http.post("/register", json=VALID, headers={"Authorization": "Bearer nope"})

@@ -1,0 +1,63 @@
+"""The token endpoint (OAuth 2.1 §3.2): client authentication, then the grant's own module.
+Responses are never cached (RFC 6749 §5.1)."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.errors import (
+    InvalidClient,
+    InvalidRequest,
+    OAuthError,
+    UnauthorizedClient,
+    UnsupportedGrantType,
+)
+from mcpauth.server import client_auth
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.grants import authorization_code, refresh_token
+from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
+from mcpauth.server.login import client_ip
+from mcpauth.server.tokens import Issuance
+
+GRANTS = {
+    "authorization_code": authorization_code.exchange,
+    "refresh_token": refresh_token.refresh,
+}
+
+
+def _handle(
+    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+) -> Issuance:
+    grant_type = form.get("grant_type")
+    if not grant_type:
+        raise InvalidRequest("grant_type is required")
+    handler = GRANTS.get(grant_type)
+    if handler is None:
+        raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
+    credentials = client_auth.presented_credentials(authorization, form)
+    now = ctx.now()
+    try:
+        with ctx.db.read() as session:
+            client = client_auth.authenticate(session, credentials, now=now, address=address)
+    except InvalidClient:
+        with ctx.db.write() as session:
+            client_auth.record_failure(session, credentials, now=now, address=address)
+        raise
+    if grant_type not in client.grant_types:
+        raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
+    return handler(ctx, client, form)
+
+
+async def token(request: Request) -> Response:
+    ctx = get_context(request)
+    try:
+        form = await form_params(request, ctx.settings.max_body_bytes)
+        issuance = await anyio.to_thread.run_sync(
+            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
+        )
+        body = await anyio.to_thread.run_sync(issuance.response, ctx)
+    except OAuthError as error:
+        return error_response(error)
+    return json_response(body, headers=NO_STORE)

@@ -1,0 +1,80 @@
+"""The refresh_token grant (OAuth 2.1 §4.3): every use rotates the token; presenting a rotated
+token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; attacks.md row 13);
+scopes may narrow, never widen; the resource stays the grant's."""
+
+from __future__ import annotations
+
+from sqlmodel import Session
+
+from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.server.context import ServerContext
+from mcpauth.server.grants import checks
+from mcpauth.server.secrets import digest
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Client, Grant, RefreshToken
+from mcpauth.server.tokens import Issuance, access_token_claims, add_refresh_token
+from mcpauth.uris import URIError, canonical_resource
+
+
+def _requested(form: dict[str, str], token: RefreshToken) -> list[str]:
+    scopes = checks.narrower_scopes(checks.parse_scope(form.get("scope")), token.scope.split())
+    if "resource" in form:
+        try:
+            resource = canonical_resource(form["resource"])
+        except URIError as exc:
+            raise InvalidTarget(f"resource: {exc}") from exc
+        if resource != token.resource:
+            raise InvalidTarget("resource is outside the original grant")
+    return scopes
+
+
+def _rotate(
+    ctx: ServerContext, session: Session, client: Client, form: dict[str, str], now: int
+) -> Issuance | OAuthError:
+    value = form.get("refresh_token")
+    if not value:
+        return InvalidRequest("refresh_token is required")
+    token = session.get(RefreshToken, digest(value))
+    if token is None or token.client_id != client.client_id:
+        return InvalidGrant("The refresh token is invalid")
+    grant = session.get(Grant, token.grant_id)
+    if grant is None or grant.revoked_at is not None:
+        return InvalidGrant("The grant was revoked")
+    if token.rotated_at is not None or not grants.rotate_refresh_token(session, token.digest, now):
+        grants.revoke_grant(session, grant.id, now)  # reuse: the family dies
+        return InvalidGrant("The refresh token was already used; its grant is revoked")
+    if token.expires_at <= now:
+        return InvalidGrant("The refresh token has expired")
+    try:
+        scopes = _requested(form, token)
+    except OAuthError as error:
+        return error
+    issuance = Issuance(
+        access_token_claims(
+            ctx,
+            subject=grant.user_id,
+            client_id=client.client_id,
+            resource=grant.resource,
+            scopes=scopes,
+            now=now,
+            grant_id=grant.id,
+        ),
+        scopes,
+    )
+    # RFC 6749 §6: the new refresh token keeps the original scope
+    issuance.refresh_token = add_refresh_token(ctx, session, grant, scope=token.scope, now=now)
+    return issuance
+
+
+def refresh(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
+    """Exchange a refresh token for new tokens.
+
+    Raises:
+        OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
+    """
+    now = ctx.now()
+    with ctx.db.write() as session:
+        outcome = _rotate(ctx, session, client, form, now)
+    if isinstance(outcome, OAuthError):
+        raise outcome
+    return outcome

@@ -1,0 +1,112 @@
+"""Password sign-in shared by the authorization interaction and the account page: Origin and
+CSRF checks, throttling per account and per client IP through the database, argon2id
+verification off the event loop (attacks.md rows 10 and 20)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.server import throttle
+from mcpauth.server.context import ServerContext
+from mcpauth.server.html import error_page
+from mcpauth.server.passwords import verify_password
+from mcpauth.server.session import BrowserSession, csrf_valid
+from mcpauth.server.storage.accounts import user_by_name
+from mcpauth.uris import origin
+
+MAX_PASSWORD = 1024
+IP_FAILURES_PER_ACCOUNT_LIMIT = 4  # an address may fail this many times more than one account
+
+
+@dataclass
+class LoginOutcome:
+    user_id: str | None = None
+    error: str = ""
+    username: str = ""
+    status: int = 200
+
+
+def origin_allowed(ctx: ServerContext, request: Request) -> bool:
+    """A browser's form POST must come from this server's own pages."""
+    sent = request.headers.get("origin")
+    return sent is None or sent == origin(ctx.settings.issuer)
+
+
+def client_ip(request: Request) -> str:
+    # uvicorn rewrites request.client from X-Forwarded-For only for configured trusted proxies
+    return request.client.host if request.client else "unknown"
+
+
+def _limits(ctx: ServerContext) -> tuple[throttle.Limit, throttle.Limit]:
+    settings = ctx.settings
+    account = throttle.Limit(settings.login_max_failures, 900, settings.login_lockout_seconds)
+    address = throttle.Limit(
+        settings.login_max_failures * IP_FAILURES_PER_ACCOUNT_LIMIT,
+        900,
+        settings.login_lockout_seconds,
+    )
+    return account, address
+
+
+def _locked(ctx: ServerContext, keys: tuple[str, str]) -> int:
+    now = ctx.now()
+    with ctx.db.read() as session:
+        return max(throttle.retry_after(session, key, now) for key in keys)
+
+
+def _fail(ctx: ServerContext, keys: tuple[str, str]) -> None:
+    account, address = _limits(ctx)
+    now = ctx.now()
+    with ctx.db.write() as session:
+        throttle.record_failure(session, keys[0], now, account)
+        throttle.record_failure(session, keys[1], now, address)
+
+
+def _password_hash(ctx: ServerContext, username: str) -> tuple[str | None, str | None]:
+    with ctx.db.read() as session:
+        user = user_by_name(session, username)
+    return (user.id, user.password_hash) if user else (None, None)
+
+
+def _succeed(ctx: ServerContext, account_key: str) -> None:
+    with ctx.db.write() as session:
+        throttle.clear(session, account_key)
+
+
+async def attempt_login(
+    ctx: ServerContext, request: Request, browser: BrowserSession, purpose: str
+) -> LoginOutcome | Response:
+    """Check a posted login form; on success the session is signed in (id rotated)."""
+    if not origin_allowed(ctx, request):
+        return error_page("invalid_request", "Cross-site form submissions are refused.", 403)
+    form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):
+        return error_page(
+            "invalid_request", "The form has expired. Reload the page and try again.", 403
+        )
+    username = fields.get("username", "").strip()
+    password = fields.get("password", "")
+    if not username or not password or len(password) > MAX_PASSWORD or len(username) > 200:
+        return LoginOutcome(
+            error="Enter your username and password.", username=username[:200], status=400
+        )
+    keys = (f"login:account:{username.lower()}", f"login:ip:{client_ip(request)}")
+    locked = await anyio.to_thread.run_sync(_locked, ctx, keys)
+    if locked:
+        page = error_page(
+            "too_many_requests", f"Too many failed sign-ins. Try again in {locked} seconds.", 429
+        )
+        page.headers["Retry-After"] = str(locked)
+        return page
+    user_id, password_hash = await anyio.to_thread.run_sync(_password_hash, ctx, username)
+    if not await verify_password(password, password_hash) or user_id is None:
+        await anyio.to_thread.run_sync(_fail, ctx, keys)
+        return LoginOutcome(error="Wrong username or password.", username=username, status=401)
+    await anyio.to_thread.run_sync(_succeed, ctx, keys[0])
+    browser.sign_in(user_id, ctx.now())
+    return LoginOutcome(user_id=user_id, username=username)

@@ -1,0 +1,84 @@
+"""Issuing tokens: RFC 9068 JWT access tokens and rotating refresh tokens."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import Session
+
+from mcpauth.server.context import ServerContext
+from mcpauth.server.secrets import digest, new_token
+from mcpauth.server.storage.models import Grant, RefreshToken
+
+
+@dataclass
+class Issuance:
+    """What a grant hands out; signed after the database transaction commits."""
+
+    claims: dict[str, Any]
+    scopes: list[str]
+    refresh_token: str | None = None
+
+    def response(self, ctx: ServerContext) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "access_token": ctx.keys.signer().sign(self.claims),
+            "token_type": "Bearer",
+            "expires_in": self.claims["exp"] - self.claims["iat"],
+            "scope": " ".join(self.scopes),
+        }
+        if self.refresh_token is not None:
+            body["refresh_token"] = self.refresh_token
+        return body
+
+
+def access_token_claims(
+    ctx: ServerContext,
+    *,
+    subject: str,
+    client_id: str,
+    resource: str,
+    scopes: list[str],
+    now: int,
+    grant_id: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """RFC 9068 §2.2 claims; ``aud`` is the canonical resource (RFC 8707)."""
+    claims: dict[str, Any] = {
+        "iss": ctx.settings.issuer,
+        "sub": subject,
+        "aud": resource,
+        "client_id": client_id,
+        "scope": " ".join(scopes),
+        "iat": now,
+        "exp": now + ctx.settings.access_token_ttl,
+        "jti": secrets.token_urlsafe(16),
+    }
+    if grant_id is not None:
+        claims["gid"] = grant_id
+    claims.update(extra or {})
+    return claims
+
+
+def add_refresh_token(
+    ctx: ServerContext, session: Session, grant: Grant, *, scope: str, now: int
+) -> str:
+    """A new refresh token in ``grant``'s family; it expires when idle too long or when the
+    family reaches its absolute lifetime, whichever is first."""
+    token = new_token()
+    family_end = grant.created_at + ctx.settings.refresh_token_ttl
+    session.add(
+        RefreshToken(
+            digest=digest(token),
+            grant_id=grant.id,
+            client_id=grant.client_id,
+            scope=scope,
+            resource=grant.resource,
+            created_at=now,
+            expires_at=min(now + ctx.settings.refresh_token_idle_ttl, family_end),
+        )
+    )
+    grant.last_used_at = now
+    session.add(grant)
+    return token
