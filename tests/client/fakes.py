@@ -199,6 +199,9 @@ class _Guarded:
         self.oauth, self.mcp_app, self.fake = oauth, mcp_app, fake
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # the MCP app's session manager starts here
+            await self.mcp_app(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["path"].startswith("/mcp"):
             headers = dict(scope["headers"])
             auth = headers.get(b"authorization")
@@ -209,10 +212,6 @@ class _Guarded:
             await self.mcp_app(scope, receive, send)
             return
         await self.oauth(scope, receive, send)
-
-    @property
-    def router(self) -> Any:  # uvicorn's lifespan reaches through to the MCP app's lifespan
-        return getattr(self.mcp_app, "router", None)
 
 
 def _basic_user(header: str | None) -> str:
@@ -238,7 +237,7 @@ def serve(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> Iterator[st
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    config = uvicorn.Config(app, log_level="warning", lifespan="auto")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -1,0 +1,150 @@
+"""``mcpauth login | token | logout`` in process and as real processes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mcpauth.client import callback as callback_module
+from mcpauth.client.cli import EXIT_DISCOVERY_FAILED, EXIT_LOGIN_REQUIRED, add_client_parsers
+from tests.client.fakes import FakeServers, serve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="mcpauth")
+    add_client_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+@pytest.fixture
+def served(fake: FakeServers) -> Iterator[FakeServers]:
+    with serve(fake.app()) as base:
+        fake.base = base
+        yield fake
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    opened: list[str] = []
+
+    def open_url(url: str) -> bool:
+        opened.append(url)
+        httpx.get(url, follow_redirects=True, timeout=10)
+        return True
+
+    monkeypatch.setattr(callback_module.webbrowser, "open", open_url)
+    return opened
+
+
+def test_login_then_token_prints_the_stored_token(
+    served: FakeServers, browser: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "client.json")
+    assert run("login", served.resource, "--store", store, "--timeout", "10") == 0
+    assert len(browser) == 1
+    assert "Open this URL" in capsys.readouterr().err
+    assert run("token", served.resource, "--store", store) == 0
+    token = capsys.readouterr().out.strip()
+    assert token in served.tokens
+    assert len(served.authorize_requests) == 1
+
+
+def test_token_without_login_exits_with_login_required(
+    served: FakeServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("token", served.resource, "--store", str(tmp_path / "c.json")) == EXIT_LOGIN_REQUIRED
+    assert capsys.readouterr().out == ""
+    assert served.authorize_requests == []
+
+
+def test_logout_forgets_the_tokens(served: FakeServers, browser: list[str], tmp_path: Path) -> None:
+    store = str(tmp_path / "client.json")
+    assert run("login", served.resource, "--store", store, "--timeout", "10") == 0
+    assert run("logout", served.resource, "--store", store) == 0
+    assert run("token", served.resource, "--store", store) == EXIT_LOGIN_REQUIRED
+
+
+def test_a_server_without_a_usable_authorization_server_exits_with_discovery_failed(
+    served: FakeServers, tmp_path: Path
+) -> None:
+    served.metadata = lambda: {"issuer": "https://elsewhere.example"}  # type: ignore[method-assign]
+    code = run("login", served.resource, "--store", str(tmp_path / "c.json"), "--no-browser")
+    assert code == EXIT_DISCOVERY_FAILED
+
+
+def test_client_credentials_from_the_command_line(
+    served: FakeServers,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("SVC_SECRET", "s3cret")
+    store = str(tmp_path / "c.json")
+    args = [
+        "--store",
+        store,
+        "--client-id",
+        "svc",
+        "--client-secret-env",
+        "SVC_SECRET",
+        "--client-credentials",
+    ]
+    assert run("token", served.resource, *args) == 0
+    assert capsys.readouterr().out.strip() in served.tokens
+    assert served.token_requests[0]["grant_type"] == "client_credentials"
+
+
+CLI = (
+    "import argparse, sys\n"
+    "from mcpauth.client.cli import add_client_parsers\n"
+    "p = argparse.ArgumentParser(prog='mcpauth')\n"
+    "add_client_parsers(p.add_subparsers(dest='command', required=True))\n"
+    "a = p.parse_args(sys.argv[1:])\n"
+    "sys.exit(a.handler(a))\n"
+)
+
+
+def cli_process(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_processes_log_in_then_refresh_after_a_restart(served: FakeServers, tmp_path: Path) -> None:
+    served.now = time.time()  # the processes use the real clock
+    served.expires_in = 30  # inside the 60 s refresh margin: the next process must refresh
+    env = {
+        **os.environ,
+        "BROWSER": f"{sys.executable} {ROOT / 'tests' / 'client' / 'browser.py'} %s",
+        "MCPAUTH_CLIENT_STORE": str(tmp_path / "client.json"),
+        "PYTHONPATH": str(ROOT),
+    }
+    login = cli_process("login", served.resource, "--timeout", "20", env=env)
+    assert login.returncode == 0, login.stderr
+    assert "access-" not in login.stderr + login.stdout  # tokens never reach the terminal log
+    token = cli_process("token", served.resource, env=env)
+    assert token.returncode == 0, token.stderr
+    assert token.stdout.strip() in served.tokens
+    assert len(served.authorize_requests) == 1
+    assert [r["grant_type"] for r in served.token_requests] == [
+        "authorization_code",
+        "refresh_token",
+    ]

@@ -1,0 +1,81 @@
+"""The conformance driver: per-scenario choices only, and the suite itself when installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mcpauth import jwt as jose
+from mcpauth.client import conformance
+from mcpauth.client.callback import CallableRedirectHandler
+
+ROOT = Path(__file__).resolve().parents[2]
+URL = "http://localhost:1/mcp"
+
+
+def test_the_default_is_a_well_behaved_client_with_a_cimd_url() -> None:
+    auth = conformance.build_auth(URL, "auth/metadata-default", {})
+    assert auth.flow.config.grant == "authorization_code"
+    assert auth.flow.config.registration.client_metadata_url == conformance.CIMD_URL
+    assert auth.flow.config.credentials is None
+    assert isinstance(auth.redirect_handler, CallableRedirectHandler)
+
+
+def test_pre_registration_uses_the_context_credentials() -> None:
+    context = {"client_id": "pre-registered-client", "client_secret": "pre-registered-secret"}
+    creds = conformance.build_auth(URL, "auth/pre-registration", context).flow.config.credentials
+    assert creds is not None
+    assert (creds.client_id, creds.auth_method) == ("pre-registered-client", "client_secret_basic")
+
+
+def test_client_credentials_jwt_uses_the_context_key() -> None:
+    pem = jose.private_key_to_pem(jose.generate_private_key("ES256")).decode()
+    context = {"client_id": "c", "private_key_pem": pem, "signing_algorithm": "ES256"}
+    config = conformance.build_auth(URL, "auth/client-credentials-jwt", context).flow.config
+    assert config.grant == "client_credentials"
+    assert config.credentials is not None
+    assert config.credentials.auth_method == "private_key_jwt"
+
+
+def test_cross_app_access_uses_the_jwt_bearer_grant() -> None:
+    context = {
+        "client_id": "x",
+        "client_secret": "y",
+        "idp_client_id": "i",
+        "idp_id_token": "t",
+        "idp_token_endpoint": "http://localhost:2/token",
+    }
+    config = conformance.build_auth(URL, "auth/cross-app-access-complete-flow", context).flow.config
+    assert config.grant == "jwt_bearer"
+    assert config.identity is not None
+
+
+def test_without_a_url_the_driver_prints_usage() -> None:
+    assert conformance.main([]) == 2
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(
+    not (ROOT / ".conformance" / "node_modules" / ".bin" / "conformance").exists()
+    or shutil.which("npm") is None,
+    reason="run scripts/conformance-client.sh once to install Node 22 and the suite",
+)
+def test_the_official_client_suites_pass(tmp_path: Path) -> None:
+    env = {**os.environ, "RESULTS": str(tmp_path)}
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "conformance-client.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summaries = sorted(tmp_path.glob("*.txt"))
+    assert len(summaries) == 5
+    assert json.dumps([p.name for p in summaries])
