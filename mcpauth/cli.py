@@ -222,11 +222,39 @@ def _add_admin(sub: Any) -> None:
             child.set_defaults(handler=handler)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from mcpauth.demo import run_demo
+
+    return run_demo(args.data_dir, args.auth_port, args.mcp_port)
+
+
+def _add_optional_parts(sub: Any) -> None:
+    """``proxy`` needs the middleware extra, ``login|token|logout`` the client extra."""
+    try:
+        from mcpauth.middleware.proxy_cli import add_proxy_parser
+    except ImportError:  # pragma: no cover - extra not installed
+        pass
+    else:
+        add_proxy_parser(sub)
+    try:
+        from mcpauth.client.cli import add_client_parsers
+    except ImportError:  # pragma: no cover - extra not installed
+        pass
+    else:
+        add_client_parsers(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpauth", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_serve(sub)
     _add_admin(sub)
+    _add_optional_parts(sub)
+    demo = sub.add_parser("demo", help="auth server + protected demo MCP server on loopback")
+    demo.add_argument("--data-dir", help="where the demo keeps its database (.mcpauth-demo)")
+    demo.add_argument("--auth-port", type=int, default=9000, help="authorization server port")
+    demo.add_argument("--mcp-port", type=int, default=8000, help="demo MCP server port")
+    demo.set_defaults(handler=cmd_demo)
     return parser
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -33,6 +35,7 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to ``revision`` (default: the newest)."""
     config = alembic_config(engine)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
