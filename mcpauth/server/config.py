@@ -54,6 +54,12 @@ class Settings(BaseModel):
     login_lockout_seconds: int = Field(default=60, ge=1)
     trusted_proxies: tuple[str, ...] = ()
     offline_access: bool = False
+    # Client ID Metadata Documents (a client_id that is an https URL)
+    cimd_enabled: bool = True
+    cimd_allow_hosts: tuple[str, ...] = ()  # fetched even if they resolve to private addresses
+    cimd_deny_hosts: tuple[str, ...] = ()  # never fetched
+    cimd_timeout: float = Field(default=2.5, gt=0, le=30)
+    cimd_max_bytes: int = Field(default=5 * 1024, ge=512, le=1024 * 1024)
 
     @field_validator("issuer")
     @classmethod
@@ -69,10 +75,14 @@ class Settings(BaseModel):
         return self.database_url.startswith("sqlite")
 
 
+_LIST_SETTINGS = {"trusted_proxies", "cimd_allow_hosts", "cimd_deny_hosts"}
+_BOOL_SETTINGS = {"offline_access", "cimd_enabled"}
+
+
 def _coerce_env(name: str, value: str) -> Any:
-    if name == "trusted_proxies":
+    if name in _LIST_SETTINGS:
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if name == "offline_access":
+    if name in _BOOL_SETTINGS:
         return value.lower() in ("1", "true", "yes", "on")
     return value
 
