@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from typing import Any
 
 from mcpauth.middleware.verifier import VerifiedToken
 
@@ -21,33 +22,34 @@ def _cache_deadline(verified: VerifiedToken) -> float | None:
 
 
 class TokenCache:
-    """``digest → VerifiedToken`` with at most ``max_entries`` entries."""
+    """``digest → (VerifiedToken, user)`` with at most ``max_entries`` entries; ``user`` is the
+    object built for ``scope["user"]``, kept so that a warm request builds nothing."""
 
     def __init__(self, max_entries: int = 10_000) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, tuple[float, VerifiedToken]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[float, VerifiedToken, Any]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, digest: bytes) -> VerifiedToken | None:
+    def get(self, digest: bytes) -> tuple[VerifiedToken, Any] | None:
         """The cached result for ``digest`` if it has not expired."""
         entry = self._entries.get(digest)
         if entry is None:
             return None
-        deadline, verified = entry
+        deadline, verified, user = entry
         if time.time() >= deadline:
             del self._entries[digest]
             return None
         self._entries.move_to_end(digest)
-        return verified
+        return verified, user
 
-    def put(self, digest: bytes, verified: VerifiedToken) -> None:
+    def put(self, digest: bytes, verified: VerifiedToken, user: Any) -> None:
         """Remember ``verified`` until it expires; results without any expiry are not kept."""
         deadline = _cache_deadline(verified)
         if deadline is None or deadline <= time.time() or self.max_entries <= 0:
             return
-        self._entries[digest] = (deadline, verified)
+        self._entries[digest] = (deadline, verified, user)
         self._entries.move_to_end(digest)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 import httpx
+from starlette.authentication import BaseUser
 
 from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError
 from mcpauth.middleware import identity
@@ -166,9 +167,9 @@ class ProtectedResourceMiddleware:
         await self._authorized(scope, receive, send, token)
 
     async def _authorized(
-        self, scope: Scope, receive: Receive, send: Send, token: tuple[VerifiedToken, bytes]
+        self, scope: Scope, receive: Receive, send: Send, token: tuple[VerifiedToken, BaseUser]
     ) -> None:
-        verified, digest = token
+        verified, user = token
         session_id = first_header(scope, SESSION_HEADER)
         # MCP RS-19/RS-20: a session id never authenticates; it must belong to this caller.
         if session_id is not None and not self.sessions.allows(session_id, verified.principal):
@@ -184,23 +185,24 @@ class ProtectedResourceMiddleware:
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
             await self._refuse(send, InsufficientScope(description), needed)
             return
-        user = identity.make_user(verified, digest)
         # MCP RS-17: the application (and anything it calls) never receives the caller's token.
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
         with identity.bound(scope, verified, user):
             await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
 
-    async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, bytes] | None:
+    async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:
         raw = bearer_token(scope, max_bytes=self.max_header_bytes)
         if raw is None:
             return None
         digest = token_digest(raw)
-        verified = self.tokens.get(digest)
-        if verified is None:
-            # MCP RS-08: validate before processing; RS-21: every request, never per session.
-            verified = await self.verifier.verify_token(raw)
-            self.tokens.put(digest, verified)
-        return verified, digest
+        cached = self.tokens.get(digest)
+        if cached is not None:
+            return cached
+        # MCP RS-08: validate before processing; RS-21: every request, never per session.
+        verified = await self.verifier.verify_token(raw)
+        user = identity.make_user(verified, digest)
+        self.tokens.put(digest, verified, user)
+        return verified, user
 
     async def _needed_scopes(
         self, scope: Scope, receive: Receive
@@ -270,8 +272,8 @@ class ProtectedResourceMiddleware:
         if token is None:
             await send({"type": "websocket.close", "code": 1008})
             return
-        verified, digest = token
-        with identity.bound(scope, verified, identity.make_user(verified, digest)):
+        verified, user = token
+        with identity.bound(scope, verified, user):
             await self.app(scope, receive, send)
 
 
