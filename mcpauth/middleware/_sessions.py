@@ -1,6 +1,13 @@
 """Session and state-handle binding (MCP RS-19, RS-20): an ``Mcp-Session-Id`` belongs to the
 principal whose request it was issued in. The table is bounded; an id it does not know is
-refused rather than trusted, so eviction fails closed (the client starts a new session)."""
+refused rather than trusted, so eviction fails closed (the client starts a new session).
+
+A refusal is 404 "Session not found", not 403: it is what the Streamable HTTP transport
+answers for an unknown session (a conforming client then opens a new one, under its own
+identity), it tells the other subject nothing about whether the session exists, and it cannot
+be mistaken for a 403 ``insufficient_scope`` step-up challenge. The MCP SDK's session manager
+answers the same way.
+"""
 
 from __future__ import annotations
 
