@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -227,8 +227,11 @@ def _s256(verifier: str) -> str:
 
 
 @contextlib.contextmanager
-def serve(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> Iterator[str]:
-    """Run ``app`` with uvicorn on 127.0.0.1 on an ephemeral port; yield its base URL.
+def serve(
+    app: ASGIApp | None = None, *, factory: Callable[[str], ASGIApp] | None = None
+) -> Iterator[str]:
+    """Run ``app`` (or ``factory(base_url)``) with uvicorn on 127.0.0.1 on an ephemeral port;
+    yield its base URL.
 
     The socket is bound and listening before the thread starts, so clients can connect at once
     (the kernel queues them); no polling for start-up.
@@ -237,12 +240,14 @@ def serve(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> Iterator[st
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    target = factory(base) if factory is not None else app
+    config = uvicorn.Config(target, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield base
     finally:
         server.should_exit = True
         thread.join(timeout=10)
