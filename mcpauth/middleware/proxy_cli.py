@@ -53,8 +53,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--client-header", default=IdentityHeaders.client)
     parser.add_argument("--scopes-header", default=IdentityHeaders.scopes)
     parser.add_argument(
-        "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG]... (stdio mode)"
-    )
+        "stdio_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG]...",
+        help="run this MCP stdio server instead of proxying --upstream",
+    )  # fmt: skip
     return parser
 
 
@@ -77,7 +78,9 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     Raises:
         ValueError: neither or both of ``--upstream`` and a command, or a bad resource URI.
     """
-    command = [part for part in args.command if part != "--"] if args.command else []
+    command = list(args.stdio_command or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
     if bool(args.upstream) == bool(command):
         raise ValueError("give either --upstream URL or -- COMMAND [ARG]...")
     resource = canonical_resource(args.resource)

@@ -128,7 +128,8 @@ def test_the_cli_parses_http_and_stdio_modes() -> None:
     assert isinstance(middleware, ProtectedResourceMiddleware)
     assert middleware.policy.targets["tools"] == {"rm": {"files:write"}}
     stdio_mode = parse([*base, "--", "python", "server.py", "--flag"])
-    assert [p for p in stdio_mode.command if p != "--"] == ["python", "server.py", "--flag"]
+    assert stdio_mode.stdio_command[-3:] == ["python", "server.py", "--flag"]
+    assert stdio_mode.cmd == "proxy"
     assert callable(stdio_mode.handler)
 
 
