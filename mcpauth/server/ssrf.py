@@ -1,0 +1,346 @@
+"""SSRF-safe fetching of client-controlled URLs: Client ID Metadata Documents now, the
+``jwks_uri`` of ``private_key_jwt`` clients later (spec/attacks.md row 21, AS-14).
+
+The guard lives in the httpcore network backend, so it runs at connect time for every
+connection: the backend resolves the host once, refuses if *any* address is special-use, and
+connects to the address it checked (no second DNS lookup, so no DNS rebinding between check and
+connect). TLS still verifies the certificate against the URL's host name. Around that: https
+only, no redirects, one total deadline for resolve + connect + TLS + write + every read, a body
+cap enforced while streaming, no compression, no cookies, no proxies from the environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore
+import httpx
+
+from mcpauth.errors import MCPAuthError
+
+__all__ = ["FetchError", "FetchedResponse", "SafeFetcher", "forbidden_reason"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, attacks.md row 21)
+DEFAULT_MAX_BYTES = 5 * 1024  # CIMD-00 §6.6: about 5 KB
+USER_AGENT = "mcpauth (client metadata fetcher)"
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291 §2.5.5.1, deprecated
+_SPECIAL_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv4Network("100.64.0.0/10"), "shared (CGNAT, RFC 6598)"),
+    (ipaddress.IPv4Network("192.0.0.0/24"), "IETF protocol assignment"),
+    (ipaddress.IPv4Network("192.88.99.0/24"), "6to4 relay anycast"),
+    (ipaddress.IPv4Network("198.18.0.0/15"), "benchmarking"),
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "local-use NAT64"),
+    (ipaddress.IPv6Network("2001::/32"), "Teredo"),
+    (ipaddress.IPv6Network("2001:db8::/32"), "documentation"),
+    (ipaddress.IPv6Network("fc00::/7"), "unique local (ULA)"),
+    (ipaddress.IPv6Network("fec0::/10"), "site-local"),
+)
+
+
+class FetchError(MCPAuthError):
+    """A client-controlled URL was not fetched, or its response was refused; the message says
+    which rule and is safe to show to the person who configured the client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FetchedResponse:
+    """A ``200`` response whose body is at most the fetcher's cap."""
+
+    url: str
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    if address.ipv4_mapped is not None:
+        return "IPv4-mapped", address.ipv4_mapped
+    if address.sixtofour is not None:
+        return "6to4", address.sixtofour
+    if address in _NAT64:
+        return "NAT64", ipaddress.IPv4Address(address.packed[-4:])
+    return None
+
+
+def forbidden_reason(address: IPAddress) -> str | None:
+    """Why ``address`` must not be fetched from (None: a public unicast address).
+
+    IPv4-mapped, 6to4 and NAT64 addresses are judged by the IPv4 address they carry.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            kind, inner = embedded
+            reason = forbidden_reason(inner)
+            return f"{reason}, {kind}" if reason else None
+        if address in _IPV4_COMPATIBLE and int(address) > 1:
+            return "IPv4-compatible (deprecated)"
+    for flag in ("loopback", "unspecified", "link_local", "multicast", "reserved", "site_local"):
+        if getattr(address, f"is_{flag}", False):
+            return flag.replace("_", "-")
+    for network, name in _SPECIAL_NETWORKS:
+        if address.version == network.version and address in network:
+            return name
+    if address.is_private:
+        return "private"
+    if not address.is_global:
+        return "non-global"
+    return None
+
+
+def _normal_host(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+def _ip_literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[tuple[IPAddress, str]]:
+    """Resolve once: ``(address, what to connect to)`` pairs, bounded by ``timeout``."""
+    literal = _ip_literal(host)
+    if literal is not None:
+        return [(literal, host)]
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcpauth-resolve")
+    try:
+        future = executor.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        infos = future.result(timeout=max(timeout, 0.001))
+    except TimeoutError as exc:
+        raise FetchError(f"resolving {host} timed out") from exc
+    except (socket.gaierror, UnicodeError) as exc:
+        raise FetchError(f"cannot resolve {host}: {exc}") from exc
+    finally:
+        executor.shutdown(wait=False)
+    found: dict[str, IPAddress] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        text = str(sockaddr[0])
+        found.setdefault(text, ipaddress.ip_address(text.split("%")[0]))
+    if not found:
+        raise FetchError(f"cannot resolve {host}: no addresses")
+    return [(address, text) for text, address in found.items()]
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """Caps every operation's timeout at what is left of the fetch's total deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def _left(self, timeout: float | None, exc: type[Exception]) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise exc("the total timeout expired")
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        left = self._left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, left), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _GuardedBackend(httpcore.NetworkBackend):
+    """Resolve, check every address (row 21: after DNS, at connect time), connect to it."""
+
+    def __init__(self, allow: frozenset[str], deny: frozenset[str], deadline: float) -> None:
+        self._allow = allow
+        self._deny = deny
+        self._deadline = deadline
+        self._inner = httpcore.SyncBackend()
+
+    def _left(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ConnectTimeout("the total timeout expired")
+        return left
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        name = _normal_host(host)
+        if name in self._deny:
+            raise FetchError(f"{name} is on the deny list")
+        addresses = _resolve(name, port, self._left())
+        if name not in self._allow:
+            for address, _ in addresses:
+                # CIMD §6.5 / attacks.md row 21: no special-use address, whatever DNS says
+                if (reason := forbidden_reason(address)) is not None:
+                    raise FetchError(
+                        f"refused {name}: {address} is a special-use address ({reason})"
+                    )
+        failure: httpcore.ConnectError | None = None
+        for _, target in addresses:
+            try:
+                stream = self._inner.connect_tcp(
+                    target, port, self._left(), local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                failure = exc
+                continue
+            return _DeadlineStream(stream, self._deadline)
+        raise failure or httpcore.ConnectError(f"cannot connect to {name}")
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        raise FetchError("unix sockets are never used for client-controlled URLs")
+
+
+@contextmanager
+def _mapped(url: str, timeout: float) -> Iterator[None]:
+    """Turn httpcore's transport errors into one precise ``FetchError``."""
+    try:
+        yield
+    except httpcore.TimeoutException as exc:
+        raise FetchError(f"{url}: no complete response within {timeout:g} s") from exc
+    except (httpcore.ConnectError, httpcore.NetworkError) as exc:
+        raise FetchError(f"{url}: cannot connect: {exc}") from exc
+    except (httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
+        raise FetchError(f"{url}: malformed HTTP response: {exc}") from exc
+
+
+def _host_set(hosts: Iterable[str]) -> frozenset[str]:
+    return frozenset(_normal_host(h) for h in hosts if h.strip())
+
+
+def _read_capped(
+    chunks: Iterable[bytes], headers: httpx.Headers, url: str, max_bytes: int
+) -> bytes:
+    """The body, refused past ``max_bytes`` without reading the rest (CIMD-00 §6.6)."""
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise FetchError(f"{url}: the response is {declared} bytes; the limit is {max_bytes}")
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > max_bytes:
+            raise FetchError(f"{url}: the response is larger than {max_bytes} bytes")
+    return bytes(body)
+
+
+def _check_response(status: int, headers: httpx.Headers, url: str) -> None:
+    if 300 <= status < 400:
+        # CIMD-00 §4 and attacks.md row 21: redirects are never followed
+        target = headers.get("location", "elsewhere")
+        raise FetchError(
+            f"{url}: redirects to {target} (HTTP {status}); redirects are not followed"
+        )
+    if status != 200:
+        raise FetchError(f"{url}: HTTP {status}; expected 200")
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise FetchError(f"{url}: compressed responses ({encoding}) are refused")
+
+
+class SafeFetcher:
+    """GET client-controlled https URLs without reaching internal services.
+
+    ``allow_hosts`` (exact host names) skip the address check, for tests and intranets;
+    ``deny_hosts`` are never fetched and win over ``allow_hosts``. ``ssl_context`` replaces the
+    default trust store (tests trust their own CA). Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_hosts: Iterable[str] = (),
+        deny_hosts: Iterable[str] = (),
+        timeout: float = DEFAULT_TIMEOUT,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.deny_hosts = _host_set(deny_hosts)
+        self.allow_hosts = _host_set(allow_hosts) - self.deny_hosts
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+
+    def get(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
+        """Fetch ``url`` once, within ``timeout`` seconds in total.
+
+        Raises:
+            FetchError: the URL is not https or names a denied host; the host resolves to a
+                special-use address (unless allow-listed); connecting, TLS or reading failed or
+                took too long; the answer is a redirect, not 200, compressed, or too large.
+        """
+        target = self._check_url(url)
+        backend = _GuardedBackend(
+            self.allow_hosts, self.deny_hosts, time.monotonic() + self.timeout
+        )
+        request_url = httpcore.URL(
+            scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
+        )
+        headers = [("Accept", accept), ("Accept-Encoding", "identity"), ("User-Agent", USER_AGENT)]
+        limit = dict.fromkeys(("connect", "read", "write", "pool"), self.timeout)
+        # httpcore directly: it never follows redirects, keeps no cookies and reads no proxy
+        # settings from the environment; a fresh pool per fetch shares no connections.
+        with (
+            httpcore.ConnectionPool(ssl_context=self.ssl_context, network_backend=backend) as pool,
+            _mapped(url, self.timeout),
+            pool.stream(
+                "GET", request_url, headers=headers, extensions={"timeout": limit}
+            ) as response,
+        ):
+            received = httpx.Headers(response.headers)
+            _check_response(response.status, received, url)
+            content = _read_capped(response.iter_stream(), received, url, self.max_bytes)
+        return FetchedResponse(url, response.status, received, content)
+
+    __call__ = get
+
+    def _check_url(self, url: str) -> httpx.URL:
+        try:
+            target = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise FetchError(f"{url!r} is not a valid URL: {exc}") from exc
+        if target.scheme != "https":
+            # AS-14 / row 21: https only, refused before any connection
+            raise FetchError(f"{url}: only https URLs are fetched, not {target.scheme or 'none'!r}")
+        if not target.host:
+            raise FetchError(f"{url}: the URL has no host")
+        if _normal_host(target.host) in self.deny_hosts:
+            raise FetchError(f"{url}: {target.host} is on the deny list")
+        return target
