@@ -29,7 +29,8 @@ pytest: $(STAMP)
 	$(BIN)/coverage report --skip-covered --sort=cover | tail -n 25
 
 conformance: $(STAMP)
-	bash scripts/conformance.sh
+	bash scripts/conformance-client.sh
+	bash scripts/conformance-authorization.sh
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

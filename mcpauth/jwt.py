@@ -157,7 +157,7 @@ def unverified_header(token: str) -> dict[str, Any]:
     try:
         header: dict[str, Any] = pyjwt.get_unverified_header(token)
         return header
-    except pyjwt.DecodeError as exc:
+    except pyjwt.PyJWTError as exc:
         raise InvalidToken("The access token is malformed") from exc
 
 

@@ -16,7 +16,16 @@ from starlette.routing import BaseRoute, Route
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, wall_clock
-from mcpauth.server.endpoints import account, authorize, interaction, metadata, register, token
+from mcpauth.server.endpoints import (
+    account,
+    authorize,
+    interaction,
+    introspect,
+    metadata,
+    register,
+    revoke,
+    token,
+)
 from mcpauth.server.http import cors, error_response, oauth_errors
 from mcpauth.server.keys import KeyManager
 from mcpauth.server.secrets import derive_key, resolve_server_secret
@@ -59,6 +68,8 @@ def _routes(settings: Settings) -> list[BaseRoute]:
     routes += [
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
         Route(f"{base}/token", cors(oauth_errors(token.token)), methods=["POST", "OPTIONS"]),
+        Route(f"{base}/revoke", cors(revoke.revoke), methods=["POST", "OPTIONS"]),
+        Route(f"{base}/introspect", introspect.introspect, methods=["POST"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
         Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
         Route(

@@ -11,10 +11,17 @@ from sqlmodel import Session
 from mcpauth.errors import InvalidClient, InvalidRequest, TooManyRequests
 from mcpauth.server import throttle
 from mcpauth.server._authlib import basic_credentials
+from mcpauth.server.assertions import (
+    CLIENT_ASSERTION_TYPE,
+    unverified_subject,
+    verify_client_assertion,
+)
+from mcpauth.server.context import ServerContext
 from mcpauth.server.secrets import matches
 from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.models import Client
 
+SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
 SECRET_FAILURES = throttle.Limit(failures=20, window=900, lockout=60)
 
@@ -26,6 +33,18 @@ class PresentedCredentials:
     method: str
 
 
+def _assertion_credentials(form: dict[str, str]) -> PresentedCredentials:
+    if form.get("client_assertion_type") != CLIENT_ASSERTION_TYPE:
+        raise InvalidClient("client_assertion_type must be " + CLIENT_ASSERTION_TYPE)
+    assertion = form.get("client_assertion", "")
+    client_id = unverified_subject(assertion)
+    if client_id is None:
+        raise InvalidClient("client_assertion is not a JWT with an iss claim", headers=CHALLENGE)
+    if form.get("client_id", client_id) != client_id:
+        raise InvalidRequest("client_id differs from the client assertion's issuer")
+    return PresentedCredentials(client_id, assertion, "private_key_jwt")
+
+
 def presented_credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials:
     """The one authentication method the request uses.
 
@@ -35,7 +54,12 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
     """
     body_secret = form.get("client_secret")
     body_id = form.get("client_id")
-    if authorization and authorization.split(" ", 1)[0].lower() == "basic":
+    uses_basic = bool(authorization) and str(authorization).split(" ", 1)[0].lower() == "basic"
+    if "client_assertion" in form or "client_assertion_type" in form:
+        if uses_basic or body_secret is not None:
+            raise InvalidRequest("Use exactly one client authentication method")
+        return _assertion_credentials(form)
+    if authorization and uses_basic:
         basic = basic_credentials(authorization)
         if basic is None:
             raise InvalidClient("The Basic authorization header is malformed", headers=CHALLENGE)
@@ -58,8 +82,8 @@ def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
 def record_failure(
     session: Session, credentials: PresentedCredentials, *, now: int, address: str
 ) -> None:
-    """Count a failed secret for the client and the address."""
-    if credentials.secret is not None:
+    """Count a failed secret or assertion for the client and the address."""
+    if credentials.method != "none":
         for key in _keys(credentials, address):
             throttle.record_failure(session, key, now, SECRET_FAILURES)
 
@@ -74,18 +98,18 @@ def authenticate(
         TooManyRequests: too many failures for this client or address.
     """
     keys = _keys(credentials, address)
-    if credentials.secret is not None:
+    if credentials.method != "none":
         wait = max(throttle.retry_after(session, key, now) for key in keys)
         if wait:
             raise TooManyRequests("Too many failed client authentications", retry_after=wait)
     client = get_client(session, credentials.client_id)
     method_ok = client is not None and client.token_endpoint_auth_method == credentials.method
-    if credentials.secret is None:
-        if method_ok:
-            return client  # type: ignore[return-value]
+    if credentials.method in ("none", "private_key_jwt"):  # the assertion is checked after
+        if method_ok and client is not None:
+            return client
         raise InvalidClient("Client authentication failed", headers=CHALLENGE)
     # Always compare, so unknown clients and wrong secrets take the same time.
-    secret_ok = matches(credentials.secret, client.secret_digest if client else None)
+    secret_ok = matches(credentials.secret or "", client.secret_digest if client else None)
     if (
         method_ok
         and secret_ok
@@ -94,3 +118,32 @@ def authenticate(
     ):
         return client
     raise InvalidClient("Client authentication failed", headers=CHALLENGE)
+
+
+def authenticate_request(
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    *,
+    endpoint: str,
+) -> Client:
+    """Authenticate the client of a token, revocation or introspection request.
+
+    Raises:
+        InvalidRequest: the request mixes authentication methods.
+        InvalidClient: authentication failed (the failure is counted).
+        TooManyRequests: the client or address is locked out.
+    """
+    credentials = presented_credentials(authorization, form)
+    now = ctx.now()
+    try:
+        with ctx.db.read() as session:
+            client = authenticate(session, credentials, now=now, address=address)
+        if credentials.method == "private_key_jwt" and credentials.secret is not None:
+            verify_client_assertion(ctx, client, credentials.secret, endpoint)
+    except InvalidClient:
+        with ctx.db.write() as session:
+            record_failure(session, credentials, now=now, address=address)
+        raise
+    return client

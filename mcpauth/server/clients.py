@@ -12,7 +12,7 @@ from mcpauth.server.secrets import digest, new_token
 from mcpauth.server.storage.models import Client
 
 # Token endpoint client authentication methods this server implements (RFC 8414 order).
-AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+AUTH_METHODS = ("client_secret_basic", "client_secret_post", "private_key_jwt", "none")
 
 
 def new_client_id() -> str:

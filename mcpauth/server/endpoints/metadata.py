@@ -10,12 +10,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.server.assertions import SIGNING_ALGS
 from mcpauth.server.clients import AUTH_METHODS
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http import json_response
 from mcpauth.server.storage.accounts import all_scopes
 
-GRANT_TYPES = ["authorization_code", "refresh_token"]
+GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
 
 
 def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
@@ -35,6 +36,11 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
         response_modes_supported=["query"],
         grant_types_supported=GRANT_TYPES,
         token_endpoint_auth_methods_supported=list(AUTH_METHODS),
+        token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
+        revocation_endpoint=ctx.endpoint_url("revoke"),
+        revocation_endpoint_auth_methods_supported=list(AUTH_METHODS),
+        introspection_endpoint=ctx.endpoint_url("introspect"),
+        introspection_endpoint_auth_methods_supported=[m for m in AUTH_METHODS if m != "none"],
         code_challenge_methods_supported=["S256"],
         authorization_response_iss_parameter_supported=True,
         subject_types_supported=["public"],

@@ -8,7 +8,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import (
-    InvalidClient,
     InvalidRequest,
     OAuthError,
     UnauthorizedClient,
@@ -16,7 +15,7 @@ from mcpauth.errors import (
 )
 from mcpauth.server import client_auth
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.grants import authorization_code, refresh_token
+from mcpauth.server.grants import authorization_code, client_credentials, refresh_token
 from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.login import client_ip
 from mcpauth.server.tokens import Issuance
@@ -24,6 +23,7 @@ from mcpauth.server.tokens import Issuance
 GRANTS = {
     "authorization_code": authorization_code.exchange,
     "refresh_token": refresh_token.refresh,
+    "client_credentials": client_credentials.issue,
 }
 
 
@@ -36,15 +36,7 @@ def _handle(
     handler = GRANTS.get(grant_type)
     if handler is None:
         raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
-    credentials = client_auth.presented_credentials(authorization, form)
-    now = ctx.now()
-    try:
-        with ctx.db.read() as session:
-            client = client_auth.authenticate(session, credentials, now=now, address=address)
-    except InvalidClient:
-        with ctx.db.write() as session:
-            client_auth.record_failure(session, credentials, now=now, address=address)
-        raise
+    client = client_auth.authenticate_request(ctx, form, authorization, address, endpoint="token")
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
     return handler(ctx, client, form)

@@ -155,3 +155,21 @@ class Throttle(SQLModel, table=True):
     failures: int = 0
     window_start: int
     locked_until: int = 0
+
+
+class RevokedAccessToken(SQLModel, table=True):
+    """Deny-list of revoked access tokens (RFC 7009), kept until the token expires."""
+
+    __tablename__ = "revoked_access_tokens"
+
+    jti: str = Field(primary_key=True, max_length=128)
+    expires_at: int = Field(index=True)
+
+
+class UsedAssertion(SQLModel, table=True):
+    """``jti``s of JWT assertions already presented (RFC 7523 §3 replay protection)."""
+
+    __tablename__ = "used_assertions"
+
+    key: str = Field(primary_key=True, max_length=64)  # SHA-256 of issuer and jti
+    expires_at: int = Field(index=True)
