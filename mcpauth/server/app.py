@@ -19,6 +19,7 @@ from mcpauth.server.context import ServerContext, wall_clock
 from mcpauth.server.endpoints import (
     account,
     authorize,
+    client_config,
     interaction,
     introspect,
     metadata,
@@ -90,6 +91,13 @@ def _routes(settings: Settings) -> list[BaseRoute]:
                 f"{base}/register",
                 cors(oauth_errors(register.register)),
                 methods=["POST", "OPTIONS"],
+            )
+        )
+        routes.append(
+            Route(
+                f"{base}/register/{{client_id}}",
+                cors(client_config.configure),
+                methods=["GET", "PUT", "DELETE", "OPTIONS"],
             )
         )
     return routes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets as _random
 from typing import Any
+from urllib.parse import quote
 
 from mcpauth.server.context import ServerContext
 from mcpauth.server.registration import ValidatedClient
@@ -18,6 +19,25 @@ AUTH_METHODS = ("client_secret_basic", "client_secret_post", "private_key_jwt", 
 def new_client_id() -> str:
     # Never starts with "https://", so it cannot be mistaken for a CIMD URL (AS-32).
     return _random.token_urlsafe(18)
+
+
+def configuration_uri(ctx: ServerContext, client_id: str) -> str:
+    """RFC 7592 client configuration endpoint of one client."""
+    return ctx.endpoint_url(f"register/{quote(client_id, safe='')}")
+
+
+def apply_metadata(row: Client, validated: ValidatedClient) -> None:
+    """Copy validated metadata onto a stored client (registration and RFC 7592 updates)."""
+    row.client_name = validated.client_name
+    row.redirect_uris = validated.redirect_uris
+    row.grant_types = validated.grant_types
+    row.response_types = validated.response_types
+    row.token_endpoint_auth_method = validated.token_endpoint_auth_method
+    row.application_type = validated.application_type
+    row.scope = validated.scope
+    row.jwks = validated.jwks
+    row.jwks_uri = validated.jwks_uri
+    row.client_metadata = validated.document()
 
 
 def create_client(
@@ -61,5 +81,6 @@ def create_client(
         info["client_secret"] = secret
         info["client_secret_expires_at"] = 0
     info["registration_access_token"] = registration_token
+    info["registration_client_uri"] = configuration_uri(ctx, client_id)
     info.update(validated.document())
     return info
