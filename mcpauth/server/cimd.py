@@ -22,16 +22,6 @@ from mcpauth.server.registration import validate_client_metadata
 from mcpauth.server.ssrf import FetchedResponse, FetchError, SafeFetcher
 from mcpauth.server.storage.models import Client
 
-__all__ = [
-    "CIMDError",
-    "MetadataCache",
-    "cache_lifetime",
-    "check_client_id_url",
-    "fetcher_for",
-    "is_cimd_client_id",
-    "resolve_client_metadata_document",
-]
-
 Fetcher = Callable[[str], FetchedResponse]
 MAX_URL_LENGTH = 2048  # the clients.client_id column
 MAX_DEPTH = 16  # a client metadata document nests 4-5 levels (jwks.keys[].x5c[])

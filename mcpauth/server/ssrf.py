@@ -25,8 +25,6 @@ import httpx
 
 from mcpauth.errors import MCPAuthError
 
-__all__ = ["FetchError", "FetchedResponse", "SafeFetcher", "forbidden_reason"]
-
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, attacks.md row 21)
 DEFAULT_MAX_BYTES = 5 * 1024  # CIMD-00 §6.6: about 5 KB
@@ -106,18 +104,12 @@ def _normal_host(host: str) -> str:
     return host.strip("[]").rstrip(".").lower()
 
 
-def _ip_literal(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
-
-
 def _resolve(host: str, port: int, timeout: float) -> list[tuple[IPAddress, str]]:
     """Resolve once: ``(address, what to connect to)`` pairs, bounded by ``timeout``."""
-    literal = _ip_literal(host)
-    if literal is not None:
-        return [(literal, host)]
+    try:
+        return [(ipaddress.ip_address(host), host)]
+    except ValueError:
+        pass  # a name, not an address literal
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcpauth-resolve")
     try:
         future = executor.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
@@ -137,6 +129,13 @@ def _resolve(host: str, port: int, timeout: float) -> list[tuple[IPAddress, str]
     return [(address, text) for text, address in found.items()]
 
 
+def _time_left(deadline: float, timeout: float | None, exc: type[Exception]) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise exc("the total timeout expired")
+    return left if timeout is None else min(timeout, left)
+
+
 class _DeadlineStream(httpcore.NetworkStream):
     """Caps every operation's timeout at what is left of the fetch's total deadline."""
 
@@ -145,10 +144,7 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def _left(self, timeout: float | None, exc: type[Exception]) -> float:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise exc("the total timeout expired")
-        return left if timeout is None else min(timeout, left)
+        return _time_left(self._deadline, timeout, exc)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
@@ -184,10 +180,7 @@ class _GuardedBackend(httpcore.NetworkBackend):
         self._inner = httpcore.SyncBackend()
 
     def _left(self) -> float:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise httpcore.ConnectTimeout("the total timeout expired")
-        return left
+        return _time_left(self._deadline, None, httpcore.ConnectTimeout)
 
     def connect_tcp(
         self,
@@ -219,14 +212,6 @@ class _GuardedBackend(httpcore.NetworkBackend):
                 continue
             return _DeadlineStream(stream, self._deadline)
         raise failure or httpcore.ConnectError(f"cannot connect to {name}")
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise FetchError("unix sockets are never used for client-controlled URLs")
 
 
 @contextmanager
