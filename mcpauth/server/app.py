@@ -28,6 +28,7 @@ from mcpauth.server.endpoints import (
     token,
 )
 from mcpauth.server.http import cors, error_response, oauth_errors
+from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
 from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage import migrate
@@ -150,6 +151,7 @@ def create_app(
         keys=keys,
         clock=clock,
         cookie_secret=derive_key(secret, "mcpauth cookies"),
+        idps=IdentityProviders(settings.trusted_idps),
     )
 
     @asynccontextmanager

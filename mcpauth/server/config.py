@@ -3,6 +3,7 @@ optional TOML file over defaults. Nothing global: ``create_app`` takes a ``Setti
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -60,6 +61,9 @@ class Settings(BaseModel):
     cimd_deny_hosts: tuple[str, ...] = ()  # never fetched
     cimd_timeout: float = Field(default=2.5, gt=0, le=30)
     cimd_max_bytes: int = Field(default=5 * 1024, ge=512, le=1024 * 1024)
+    # Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer grant
+    # accepts, issuer -> JWKS URL (or an inline JWKS as JSON text)
+    trusted_idps: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("issuer")
     @classmethod
@@ -80,6 +84,11 @@ _BOOL_SETTINGS = {"offline_access", "cimd_enabled"}
 
 
 def _coerce_env(name: str, value: str) -> Any:
+    if name == "trusted_idps":
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ConfigurationError("MCPAUTH_TRUSTED_IDPS must be a JSON object") from exc
     if name in _LIST_SETTINGS:
         return tuple(part.strip() for part in value.split(",") if part.strip())
     if name in _BOOL_SETTINGS:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from starlette.requests import Request
 
 from mcpauth.server.config import Settings
+from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
 from mcpauth.server.storage.database import Database
 from mcpauth.uris import path_of
@@ -27,6 +28,7 @@ class ServerContext:
     keys: KeyManager
     clock: Callable[[], float]
     cookie_secret: bytes
+    idps: IdentityProviders = field(default_factory=lambda: IdentityProviders({}))
 
     def now(self) -> int:
         return int(self.clock())

@@ -16,7 +16,8 @@ from mcpauth.uris import is_loopback_host
 
 AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post", "private_key_jwt")
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
-ADMIN_GRANTS = ("client_credentials",)
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+ADMIN_GRANTS = ("client_credentials", JWT_BEARER)
 _FORBIDDEN_GRANTS = {
     "implicit": "the implicit grant is removed in OAuth 2.1",
     "password": "the password grant must not be used (RFC 9700 §2.4)",
@@ -226,8 +227,8 @@ def validate_client_metadata(
         raise InvalidClientMetadata("jwks and jwks_uri must not both be present (RFC 7591 §2)")
     if method == "private_key_jwt" and jwks is None and jwks_uri is None:
         raise InvalidClientMetadata("private_key_jwt requires jwks or jwks_uri")
-    if "client_credentials" in grants and method == "none":
-        raise InvalidClientMetadata("client_credentials requires a confidential client")
+    if method == "none" and ({"client_credentials", JWT_BEARER} & set(grants)):
+        raise InvalidClientMetadata("client_credentials and jwt-bearer need a confidential client")
     client_name = _string(raw, "client_name")
     if client_name is not None and not client_name.strip():
         raise InvalidClientMetadata("client_name: must not be blank")

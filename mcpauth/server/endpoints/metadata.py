@@ -13,6 +13,7 @@ from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.server.assertions import SIGNING_ALGS
 from mcpauth.server.clients import AUTH_METHODS
 from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.grants.jwt_bearer import GRANT as JWT_BEARER
 from mcpauth.server.http import json_response
 from mcpauth.server.storage.accounts import all_scopes
 
@@ -34,7 +35,7 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
         scopes_supported=scopes,
         response_types_supported=["code"],
         response_modes_supported=["query"],
-        grant_types_supported=GRANT_TYPES,
+        grant_types_supported=GRANT_TYPES + ([JWT_BEARER] if settings.trusted_idps else []),
         token_endpoint_auth_methods_supported=list(AUTH_METHODS),
         token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
         revocation_endpoint=ctx.endpoint_url("revoke"),

@@ -15,7 +15,7 @@ from mcpauth.errors import (
 )
 from mcpauth.server import client_auth
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.grants import authorization_code, client_credentials, refresh_token
+from mcpauth.server.grants import authorization_code, client_credentials, jwt_bearer, refresh_token
 from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.login import client_ip
 from mcpauth.server.tokens import Issuance
@@ -24,6 +24,7 @@ GRANTS = {
     "authorization_code": authorization_code.exchange,
     "refresh_token": refresh_token.refresh,
     "client_credentials": client_credentials.issue,
+    jwt_bearer.GRANT: jwt_bearer.issue,
 }
 
 

@@ -1,0 +1,143 @@
+"""Enterprise-managed authorization: the jwt-bearer grant with an ID-JAG from a trusted
+identity provider (MCP AS-X2)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from mcpauth import jwt
+from mcpauth.server import Settings, admin, create_app
+
+from ..conftest import ISSUER
+from .conftest import RESOURCE
+from .test_machine_to_machine import basic
+
+pytestmark = pytest.mark.anyio
+IDP = "https://idp.example"
+GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+IDP_KEY = jwt.generate_private_key("ES256")
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    jwks = {"keys": [jwt.public_jwk(IDP_KEY.public_key(), kid="idp-1", alg="ES256")]}
+    return make_settings(trusted_idps={IDP: json.dumps(jwks)})
+
+
+@pytest.fixture
+def app(settings: Settings) -> Starlette:
+    return create_app(settings)
+
+
+@pytest.fixture
+def ema_client(seeded: Starlette) -> dict[str, Any]:
+    return admin.add_client(seeded.state.mcpauth, name="Enterprise agent", grant_types=[GRANT])
+
+
+def id_jag(
+    client_id: str, *, key: jwt.PrivateKey = IDP_KEY, typ: str = "oauth-id-jag+jwt", **changes: Any
+) -> str:
+    now = int(time.time())
+    claims = {
+        "iss": IDP,
+        "sub": "employee-42",
+        "aud": ISSUER,
+        "client_id": client_id,
+        "resource": RESOURCE,
+        "jti": secrets.token_urlsafe(12),
+        "iat": now,
+        "exp": now + 300,
+        "scope": "mcp:tools",
+    }
+    claims.update(changes)
+    return jwt.encode(
+        {k: v for k, v in claims.items() if v is not None}, key, alg="ES256", kid="idp-1", typ=typ
+    )
+
+
+async def exchange(
+    http: httpx.AsyncClient, client: dict[str, Any], assertion: str
+) -> httpx.Response:
+    return await http.post(
+        "/token",
+        data={"grant_type": GRANT, "assertion": assertion},
+        headers=basic(client["client_id"], client["client_secret"]),
+    )
+
+
+async def test_asx2_an_id_jag_is_exchanged_for_a_token_for_that_user(
+    http: httpx.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
+) -> None:
+    first = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
+    assert first.status_code == 200, first.text
+    keys = jwt.key_set(seeded.state.mcpauth.keys.jwks())
+    claims = jwt.verify(first.json()["access_token"], keys, issuer=ISSUER, audience=RESOURCE)
+    assert claims["client_id"] == ema_client["client_id"]
+    assert claims["scope"] == "mcp:tools"
+    second = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
+    again = jwt.verify(second.json()["access_token"], keys, issuer=ISSUER, audience=RESOURCE)
+    assert again["sub"] == claims["sub"]  # the same employee maps to the same local subject
+    assert claims["sub"] != "employee-42"
+
+
+async def test_asx2_grant_is_advertised_when_identity_providers_are_trusted(
+    http: httpx.AsyncClient,
+) -> None:
+    meta = (await http.get("/.well-known/oauth-authorization-server")).json()
+    assert GRANT in meta["grant_types_supported"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"typ": "JWT"}, "invalid_grant"),
+        ({"aud": "https://other-as.example"}, "invalid_grant"),
+        ({"client_id": "someone-else"}, "invalid_grant"),
+        ({"iss": "https://untrusted-idp.example"}, "invalid_grant"),
+        ({"exp": int(time.time()) - 100}, "invalid_grant"),
+        ({"jti": None}, "invalid_grant"),
+        ({"resource": "https://unknown.example/mcp"}, "invalid_target"),
+        ({"scope": "mcp:tools root"}, "invalid_scope"),
+        ({"key": jwt.generate_private_key("ES256")}, "invalid_grant"),
+    ],
+)
+async def test_asx2_bad_assertions_are_refused(
+    http: httpx.AsyncClient, ema_client: dict[str, Any], kwargs: dict[str, Any], error: str
+) -> None:
+    kwargs = dict(kwargs)
+    kwargs.setdefault("client_id", ema_client["client_id"])
+    client_id = kwargs.pop("client_id")
+    response = await exchange(http, ema_client, id_jag(client_id, **kwargs))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == error
+
+
+async def test_asx2_a_replayed_id_jag_is_refused(
+    http: httpx.AsyncClient, ema_client: dict[str, Any]
+) -> None:
+    assertion = id_jag(ema_client["client_id"])
+    assert (await exchange(http, ema_client, assertion)).status_code == 200
+    replay = await exchange(http, ema_client, assertion)
+    assert replay.json()["error"] == "invalid_grant"
+
+
+async def test_asx2_the_client_must_authenticate(
+    http: httpx.AsyncClient, ema_client: dict[str, Any]
+) -> None:
+    response = await http.post(
+        "/token",
+        data={
+            "grant_type": GRANT,
+            "assertion": id_jag(ema_client["client_id"]),
+            "client_id": ema_client["client_id"],
+        },
+    )
+    assert response.status_code == 401
