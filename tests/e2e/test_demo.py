@@ -1,0 +1,187 @@
+"""`mcpauth demo` as a real process on 127.0.0.1 (issue 4, the demo): it starts the authorization
+server and the protected demo MCP server, prints the demo user's password on stderr, publishes
+RFC 9728 metadata naming the authorization server; the official SDK client signs in as `demo`
+through the forms and calls `whoami`; `reset_counter` needs `mcp:admin` and is refused with 403."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..support import MCPAUTH, free_port, run_cli, wait_for
+from .test_sdk_oauth_client import (
+    FormBrowser,
+    Traffic,
+    mcp_session,
+    oauth_provider,
+    scope_param,
+    text,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+PASSWORD_LINE = re.compile(r"^\s*sign in as\s+demo / (\S+)\s*$", re.MULTILINE)
+
+
+@dataclass
+class Demo:
+    issuer: str
+    resource: str
+    prm: str
+    data_dir: Path
+    stdout: str
+    stderr: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """`mcpauth demo --data-dir … --auth-port … --mcp-port …`, its stdout and stderr kept apart,
+    stopped (TERM, then KILL) at the end."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    auth_port, mcp_port = free_port(), free_port()
+    data_dir = tmp_path / "data"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MCPAUTH_")},
+        "HOME": str(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / "xdg"),
+    }
+    args = [MCPAUTH, "demo", "--data-dir", str(data_dir)]
+    args += ["--auth-port", str(auth_port), "--mcp-port", str(mcp_port)]
+    issuer = f"http://127.0.0.1:{auth_port}"
+    resource = f"http://127.0.0.1:{mcp_port}/mcp"
+    prm = f"http://127.0.0.1:{mcp_port}/.well-known/oauth-protected-resource/mcp"
+    out_path, err_path = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        process = subprocess.Popen(
+            args, env=env, cwd=tmp_path, stdout=out, stderr=err, start_new_session=True
+        )
+        try:
+            try:
+                wait_for(prm, timeout=30, process=process)
+                wait_for(f"{issuer}/health", timeout=30, process=process)
+            except (RuntimeError, TimeoutError) as exc:
+                raise RuntimeError(f"{exc}\n{err_path.read_text(errors='replace')}") from exc
+            yield Demo(
+                issuer=issuer,
+                resource=resource,
+                prm=prm,
+                data_dir=data_dir,
+                stdout=out_path.read_text(),
+                stderr=err_path.read_text(),
+                env=env,
+            )
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait(timeout=10)
+
+
+def demo_password(demo: Demo) -> str:
+    found = PASSWORD_LINE.search(demo.stderr)
+    assert found, f"no password in the banner:\n{demo.stderr}"
+    return found.group(1)
+
+
+def demo_user_id(demo: Demo) -> str:
+    database = f"sqlite:///{demo.data_dir / 'mcpauth.db'}"
+    listed = run_cli(["users", "list", "--database", database], env=demo.env)
+    assert listed.returncode == 0, listed.stderr
+    return next(str(u["id"]) for u in json.loads(listed.stdout) if u["username"] == "demo")
+
+
+def test_the_demo_banner_prints_the_demo_password_and_how_to_connect_on_stderr(
+    demo: Demo,
+) -> None:
+    password = demo_password(demo)
+    assert password == (demo.data_dir / "demo-password").read_text().strip()
+    assert password not in demo.stdout
+    assert f"claude mcp add --transport http mcpauth-demo {demo.resource}" in demo.stderr
+    assert demo.issuer in demo.stderr
+    assert (demo.data_dir / "demo-password").stat().st_mode & 0o077 == 0
+
+
+def test_rs01_rs03_the_demo_server_publishes_metadata_naming_its_authorization_server(
+    demo: Demo,
+) -> None:
+    response = httpx.get(demo.prm, timeout=10)
+    assert response.status_code == 200
+    metadata = response.json()
+    assert metadata["resource"] == demo.resource
+    assert metadata["authorization_servers"] == [demo.issuer]
+    assert "offline_access" not in metadata.get("scopes_supported", [])
+    issuer = httpx.get(f"{demo.issuer}/.well-known/oauth-authorization-server", timeout=10)
+    assert issuer.json()["issuer"] == demo.issuer
+    anonymous = httpx.post(demo.resource, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert anonymous.status_code == 401
+    assert f'resource_metadata="{demo.prm}"' in anonymous.headers["www-authenticate"]
+
+
+async def test_rs12_rs14_signed_in_as_demo_whoami_answers_and_reset_counter_is_403_for_mcp_admin(
+    demo: Demo,
+) -> None:
+    browser = FormBrowser(username="demo", password=demo_password(demo))
+    traffic = Traffic()
+    provider = oauth_provider(demo.resource, browser)
+    try:
+        async with mcp_session(demo.resource, provider, traffic) as session:
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            whoami = text(await session.call_tool("whoami", {}))
+    finally:
+        await browser.aclose()
+
+    assert {"whoami", "reset_counter"} <= tools
+    assert [trip.pages for trip in browser.authorizations] == [["login", "consent"]]
+    client_id = provider.context.client_info.client_id  # type: ignore[union-attr]
+    assert whoami == f"subject={demo_user_id(demo)} client={client_id} scopes=mcp:tools"
+
+    # the same token on reset_counter: refused by the middleware before the tool runs
+    token = provider.context.current_tokens.access_token  # type: ignore[union-attr]
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "e2e", "version": "1"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "reset_counter", "arguments": {}},
+    }
+    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
+        opened = await http.post(demo.resource, json=initialize)
+        assert opened.status_code == 200, opened.text
+        session_headers = {
+            "Mcp-Session-Id": opened.headers["mcp-session-id"],
+            "MCP-Protocol-Version": "2025-06-18",
+        }
+        refused = await http.post(demo.resource, json=call, headers=session_headers)
+    assert refused.status_code == 403
+    challenge = refused.headers["www-authenticate"]
+    assert challenge.startswith('Bearer error="insufficient_scope"')
+    assert "mcp:admin" in scope_param(challenge)
+    assert scope_param(challenge) == {"mcp:admin", "mcp:tools"}  # every scope the call needs
+    assert f'resource_metadata="{demo.prm}"' in challenge
+    assert "counter reset" not in refused.text
