@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, wall_clock
+from mcpauth.server.directory import ClientDirectory
 from mcpauth.server.endpoints import (
     account,
     authorize,
@@ -124,8 +126,10 @@ def create_app(
     *,
     engine: Engine | None = None,
     clock: Callable[[], float] | None = None,
+    outbound_ssl_context: ssl.SSLContext | None = None,
 ) -> Starlette:
-    """The authorization server for ``settings``.
+    """The authorization server for ``settings``. ``outbound_ssl_context`` verifies the
+    servers of client metadata documents and ``jwks_uri``s (tests pass a private CA).
 
     Raises:
         ConfigurationError: the settings or the database are not usable.
@@ -152,6 +156,7 @@ def create_app(
         clock=clock,
         cookie_secret=derive_key(secret, "mcpauth cookies"),
         idps=IdentityProviders(settings.trusted_idps),
+        directory=ClientDirectory(settings, ssl_context=outbound_ssl_context),
     )
 
     @asynccontextmanager

@@ -72,8 +72,8 @@ def record_jti(session: Session, issuer: str, jti: str, expires_at: int, now: in
     return True
 
 
-def _keys(client: Client) -> dict[str, jwt.VerificationKey]:
-    keys = jwt.key_set(client.jwks or {"keys": []})
+def _keys(ctx: ServerContext, client: Client) -> dict[str, jwt.VerificationKey]:
+    keys = jwt.key_set(ctx.clients.jwks_for(client))
     if not keys:
         raise InvalidClient("The client has no usable public keys")
     return keys
@@ -90,7 +90,7 @@ def verify_client_assertion(
     try:
         claims = jwt.verify(
             assertion,
-            _keys(client),
+            _keys(ctx, client),
             issuer=client.client_id,
             audience=None,
             typ=None,

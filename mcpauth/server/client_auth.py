@@ -16,6 +16,7 @@ from mcpauth.server.assertions import (
     unverified_subject,
     verify_client_assertion,
 )
+from mcpauth.server.cimd import is_cimd_client_id
 from mcpauth.server.context import ServerContext
 from mcpauth.server.secrets import matches
 from mcpauth.server.storage.accounts import get_client
@@ -138,6 +139,8 @@ def authenticate_request(
     credentials = presented_credentials(authorization, form)
     now = ctx.now()
     try:
+        if is_cimd_client_id(credentials.client_id):
+            ctx.clients.find(ctx.db, credentials.client_id)  # refresh from its document
         with ctx.db.read() as session:
             client = authenticate(session, credentials, now=now, address=address)
         if credentials.method == "private_key_jwt" and credentials.secret is not None:

@@ -10,6 +10,7 @@ from typing import cast
 from starlette.requests import Request
 
 from mcpauth.server.config import Settings
+from mcpauth.server.directory import ClientDirectory
 from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
 from mcpauth.server.storage.database import Database
@@ -29,6 +30,17 @@ class ServerContext:
     clock: Callable[[], float]
     cookie_secret: bytes
     idps: IdentityProviders = field(default_factory=lambda: IdentityProviders({}))
+    directory: ClientDirectory | None = None
+
+    def __post_init__(self) -> None:
+        if self.directory is None:
+            self.directory = ClientDirectory(self.settings)
+
+    @property
+    def clients(self) -> ClientDirectory:
+        if self.directory is None:  # set in __post_init__
+            raise RuntimeError("no client directory")
+        return self.directory
 
     def now(self) -> int:
         return int(self.clock())

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import (
+    InvalidClient,
     InvalidRequest,
     InvalidTarget,
     OAuthError,
@@ -26,7 +27,6 @@ from mcpauth.server.http import media_type, read_body
 from mcpauth.server.redirects import redirect_uri_matches
 from mcpauth.server.secrets import new_id
 from mcpauth.server.session import load_session, save_session
-from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.models import Client, Interaction
 
 PROMPTS = frozenset({"none", "login", "consent"})
@@ -61,8 +61,10 @@ def _client_and_redirect(
     client_id = params.get("client_id")
     if not client_id:
         raise Unredirectable("invalid_request", "The client_id parameter is missing")
-    with ctx.db.read() as session:
-        client = get_client(session, client_id)
+    try:
+        client = ctx.clients.find(ctx.db, client_id)
+    except InvalidClient as exc:  # a metadata document that cannot be used (AS-14: abort)
+        raise Unredirectable("invalid_client", exc.description) from exc
     if client is None:
         raise Unredirectable("invalid_client", "The client is not registered here")
     redirect_uri = params.get("redirect_uri")

@@ -44,6 +44,7 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
         introspection_endpoint_auth_methods_supported=[m for m in AUTH_METHODS if m != "none"],
         code_challenge_methods_supported=["S256"],
         authorization_response_iss_parameter_supported=True,
+        client_id_metadata_document_supported=settings.cimd_enabled,
         subject_types_supported=["public"],
     )
     return document.to_json()

@@ -1,0 +1,84 @@
+"""Where clients come from: the database, or a Client ID Metadata Document fetched from the
+client's own URL (kept in the database too, so grants and the account page can name it); and
+where a client's public keys come from (inline JWKS or an SSRF-safe fetch of ``jwks_uri``)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from mcpauth.errors import InvalidClient
+from mcpauth.server.cimd import (
+    MetadataCache,
+    fetcher_for,
+    is_cimd_client_id,
+    resolve_client_metadata_document,
+)
+from mcpauth.server.config import Settings
+from mcpauth.server.ssrf import FetchError
+from mcpauth.server.storage.accounts import get_client
+from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.models import Client
+
+JWKS_CACHE_SECONDS = 300
+JWKS_CACHE_ENTRIES = 1000
+
+
+class ClientDirectory:
+    def __init__(self, settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._settings = settings
+        options: dict[str, Any] = {"ssl_context": ssl_context} if ssl_context else {}
+        self._fetcher = fetcher_for(settings, **options)
+        self._documents = MetadataCache()
+        self._jwks: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, db: Database, client_id: str) -> Client | None:
+        """The client named ``client_id``; a metadata document URL is resolved (AS-08).
+
+        Raises:
+            CIMDError: the URL's document cannot be fetched or is not valid.
+        """
+        if not is_cimd_client_id(client_id):
+            with db.read() as session:
+                return get_client(session, client_id)
+        client = resolve_client_metadata_document(
+            self._settings, client_id, fetcher=self._fetcher, cache=self._documents
+        )
+        with db.write() as session:
+            stored = session.get(Client, client_id)
+            if stored is not None:
+                client.created_at = stored.created_at
+            session.merge(client)
+        return client
+
+    def jwks_for(self, client: Client) -> dict[str, Any]:
+        """The client's JWKS: registered inline, or fetched from its ``jwks_uri``.
+
+        Raises:
+            InvalidClient: no keys, or ``jwks_uri`` cannot be fetched safely.
+        """
+        if client.jwks is not None:
+            return client.jwks
+        if client.jwks_uri is None:
+            raise InvalidClient("The client has no registered keys")
+        now = time.time()
+        with self._lock:
+            cached = self._jwks.get(client.jwks_uri)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+        try:
+            document = json.loads(self._fetcher.get(client.jwks_uri).content)
+        except (FetchError, ValueError) as exc:
+            raise InvalidClient("The client's jwks_uri cannot be fetched") from exc
+        if not isinstance(document, dict):
+            raise InvalidClient("The client's jwks_uri does not hold a JWKS")
+        with self._lock:
+            self._jwks[client.jwks_uri] = (now + JWKS_CACHE_SECONDS, document)
+            while len(self._jwks) > JWKS_CACHE_ENTRIES:
+                self._jwks.popitem(last=False)
+        return document
