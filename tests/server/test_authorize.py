@@ -305,3 +305,29 @@ async def test_state_is_returned_exactly_as_given(
     response = await sign_in_and_approve(http, params)
     assert response.status_code == 303
     assert query(response.headers["location"])["state"] == state
+
+
+async def test_a_self_registered_clients_scope_does_not_block_a_later_step_up(
+    http: httpx.AsyncClient, seeded: Starlette
+) -> None:
+    from ..oauth import register_public_client
+
+    client = await register_public_client(http, scope="mcp:tools")
+    params = authorization_params(client["client_id"], CHALLENGE, scope="mcp:tools mcp:admin")
+    response = await _get(http, params)
+    assert response.status_code == 303
+    assert "/interaction/" in response.headers["location"]
+
+
+async def test_an_administrators_scope_list_binds_the_client(
+    http: httpx.AsyncClient, seeded: Starlette
+) -> None:
+    client = admin.add_client(
+        seeded.state.mcpauth,
+        name="Bound",
+        redirect_uris=["https://app.example/cb"],
+        auth_method="none",
+        scopes=["mcp:tools"],
+    )
+    response = await _get(http, _params(client["client_id"], scope="mcp:tools mcp:admin"))
+    assert query(response.headers["location"])["error"] == "invalid_scope"

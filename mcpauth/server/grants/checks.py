@@ -115,7 +115,10 @@ def resolve_scopes(
     unknown = [s for s in scopes if s not in resource.scopes]
     if unknown:
         raise InvalidScope(f"unknown scope for {resource.uri}: {' '.join(unknown)}")
-    if client.scope is not None:
+    # An administrator's scope list binds; a self-registered client's `scope` (RFC 7591) is
+    # what it expected to need at registration, and MCP clients step up beyond it later: for
+    # those the user's consent is the gate.
+    if client.scope is not None and client.source == "admin":
         allowed = set(client.scope.split())
         refused = [s for s in scopes if s not in allowed]
         if refused:
