@@ -42,8 +42,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mcpauth.server.app import create_app
+    from mcpauth.server.observability import configure_logging
 
     settings = _settings(args, issuer=args.issuer, host=args.host, port=args.port)
+    configure_logging(args.log_level or settings.log_level, settings.log_format)
     app = create_app(settings)
     proxies = list(settings.trusted_proxies)
     uvicorn.run(
@@ -51,7 +53,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         access_log=False,
-        log_level=args.log_level,
+        log_level=args.log_level or settings.log_level,
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         timeout_graceful_shutdown=10,
@@ -158,7 +160,7 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--issuer", metavar="URL", help="issuer identifier (MCPAUTH_ISSUER)")
     p.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 9000)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=cmd_serve)
 
 

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy import Engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -32,6 +33,10 @@ from mcpauth.server.endpoints import (
 from mcpauth.server.http import cors, error_response, oauth_errors
 from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
+from mcpauth.server.metrics import AuditCounter, Metrics, MetricsMiddleware
+from mcpauth.server.metrics import endpoint as metrics_endpoint
+from mcpauth.server.observability import RequestIdMiddleware
+from mcpauth.server.ratelimit import Rate, RateLimitMiddleware
 from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage import migrate
 from mcpauth.server.storage.database import Database, make_engine
@@ -57,6 +62,33 @@ def ensure_schema(engine: Engine) -> None:
     )
 
 
+def _middleware(
+    settings: Settings, engine: Engine, clock: Callable[[], float], metrics: Metrics | None
+) -> list[Middleware]:
+    """Outermost first: request ids, metrics, then rate limits before any endpoint work."""
+    stack = [Middleware(RequestIdMiddleware)]
+    if metrics is not None:
+        stack.append(Middleware(MetricsMiddleware, metrics=metrics))
+    rates = {
+        "/token": Rate(settings.rate_limit_token),
+        "/revoke": Rate(settings.rate_limit_token),
+        "/introspect": Rate(settings.rate_limit_token),
+        "/authorize": Rate(settings.rate_limit_authorize),
+        "/register": Rate(settings.rate_limit_register),
+        "/login": Rate(settings.rate_limit_login),
+    }
+    stack.append(
+        Middleware(
+            RateLimitMiddleware,
+            engine=engine,
+            base_path=path_of(settings.issuer),
+            rates=rates,
+            clock=clock,
+        )
+    )
+    return stack
+
+
 def _routes(settings: Settings) -> list[BaseRoute]:
     base = path_of(settings.issuer)
     discovery = cors(metadata.metadata)
@@ -68,6 +100,7 @@ def _routes(settings: Settings) -> list[BaseRoute]:
         Route(f"/.well-known/openid-configuration{base}", discovery, methods=["GET", "OPTIONS"]),
         Route(f"{base}/jwks.json", cors(metadata.jwks), methods=["GET", "OPTIONS"]),
         Route(f"{base}/health", metadata.health, methods=["GET"]),
+        Route(f"{base}/health/ready", metadata.ready, methods=["GET"]),
     ]
     routes += [
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
@@ -165,8 +198,17 @@ def create_app(
         if own_engine:
             db.dispose()
 
+    metrics = Metrics() if settings.metrics else None
+    routes = _routes(settings)
+    if metrics is not None:
+        routes.append(Route(f"{path_of(settings.issuer)}/metrics", metrics_endpoint(metrics)))
+        audit_logger = logging.getLogger("mcpauth.audit")
+        audit_logger.addHandler(AuditCounter(metrics))
+        if audit_logger.getEffectiveLevel() > logging.INFO:
+            audit_logger.setLevel(logging.INFO)  # counted even when not written
     app = Starlette(
-        routes=_routes(settings),
+        routes=routes,
+        middleware=_middleware(settings, engine, clock, metrics),
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )

@@ -14,6 +14,7 @@ from sqlmodel import Session
 from mcpauth import jwt
 from mcpauth.errors import InvalidClient, OAuthError
 from mcpauth.server.context import ServerContext
+from mcpauth.server.observability import audit
 from mcpauth.server.storage.models import Client, UsedAssertion
 
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -111,5 +112,6 @@ def verify_client_assertion(
     with ctx.db.write() as session:
         fresh = record_jti(session, client.client_id, str(claims["jti"]), int(claims["exp"]), now)
     if not fresh:
+        audit("replay.detected", kind="client_assertion", client_id=client.client_id)
         raise InvalidClient("Client assertion jti was already used")
     return claims

@@ -18,6 +18,7 @@ from mcpauth.server.assertions import (
 )
 from mcpauth.server.cimd import is_cimd_client_id
 from mcpauth.server.context import ServerContext
+from mcpauth.server.observability import audit
 from mcpauth.server.secrets import matches
 from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.models import Client
@@ -148,5 +149,11 @@ def authenticate_request(
     except InvalidClient:
         with ctx.db.write() as session:
             record_failure(session, credentials, now=now, address=address)
+        audit(
+            "client.authentication_failed",
+            client_id=credentials.client_id[:200],
+            method=credentials.method,
+            address=address,
+        )
         raise
     return client

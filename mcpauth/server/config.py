@@ -64,6 +64,15 @@ class Settings(BaseModel):
     # Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer grant
     # accepts, issuer -> JWKS URL (or an inline JWKS as JSON text)
     trusted_idps: dict[str, str] = Field(default_factory=dict)
+    # Requests per minute per client address (and per client where Basic credentials name
+    # one), shared by every replica through the database; 0 disables a limit.
+    rate_limit_token: int = Field(default=3000, ge=0)
+    rate_limit_authorize: int = Field(default=300, ge=0)
+    rate_limit_register: int = Field(default=30, ge=0)
+    rate_limit_login: int = Field(default=60, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    metrics: bool = False  # Prometheus metrics at <issuer path>/metrics (needs prometheus-client)
 
     @field_validator("issuer")
     @classmethod
@@ -80,7 +89,7 @@ class Settings(BaseModel):
 
 
 _LIST_SETTINGS = {"trusted_proxies", "cimd_allow_hosts", "cimd_deny_hosts"}
-_BOOL_SETTINGS = {"offline_access", "cimd_enabled"}
+_BOOL_SETTINGS = {"offline_access", "cimd_enabled", "metrics"}
 
 
 def _coerce_env(name: str, value: str) -> Any:

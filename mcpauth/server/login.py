@@ -13,6 +13,7 @@ from starlette.responses import Response
 from mcpauth.server import throttle
 from mcpauth.server.context import ServerContext
 from mcpauth.server.html import error_page
+from mcpauth.server.observability import audit
 from mcpauth.server.passwords import verify_password
 from mcpauth.server.session import BrowserSession, csrf_valid
 from mcpauth.server.storage.accounts import user_by_name
@@ -98,6 +99,7 @@ async def attempt_login(
     keys = (f"login:account:{username.lower()}", f"login:ip:{client_ip(request)}")
     locked = await anyio.to_thread.run_sync(_locked, ctx, keys)
     if locked:
+        audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
         page = error_page(
             "too_many_requests", f"Too many failed sign-ins. Try again in {locked} seconds.", 429
         )
@@ -106,7 +108,9 @@ async def attempt_login(
     user_id, password_hash = await anyio.to_thread.run_sync(_password_hash, ctx, username)
     if not await verify_password(password, password_hash) or user_id is None:
         await anyio.to_thread.run_sync(_fail, ctx, keys)
+        audit("login.failure", username=username, address=client_ip(request))
         return LoginOutcome(error="Wrong username or password.", username=username, status=401)
     await anyio.to_thread.run_sync(_succeed, ctx, keys[0])
     browser.sign_in(user_id, ctx.now())
+    audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)

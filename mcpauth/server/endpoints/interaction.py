@@ -21,6 +21,7 @@ from mcpauth.server.authorization import (
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.html import error_page, render
 from mcpauth.server.login import attempt_login, origin_allowed
+from mcpauth.server.observability import audit
 from mcpauth.server.redirects import all_loopback
 from mcpauth.server.session import (
     BrowserSession,
@@ -212,6 +213,13 @@ def _decide(
     req = AuthorizationRequest.from_dict(interaction.request)
     if req.sid != browser.sid or browser.user_id is None:
         return error_page("invalid_request", "This consent does not belong to this session.", 403)
+    audit(
+        f"consent.{'granted' if action == 'approve' else 'denied'}",
+        user_id=browser.user_id,
+        client_id=client.client_id,
+        resource=req.resource,
+        scope=" ".join(req.scopes),
+    )
     if action == "deny":
         with ctx.db.write() as session:
             row = session.get(Interaction, interaction_id)

@@ -6,15 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.server.assertions import SIGNING_ALGS
 from mcpauth.server.clients import AUTH_METHODS
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.grants.jwt_bearer import GRANT as JWT_BEARER
 from mcpauth.server.http import json_response
+from mcpauth.server.storage import migrate
 from mcpauth.server.storage.accounts import all_scopes
 
 GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
@@ -68,4 +71,25 @@ async def jwks(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """Liveness: the process answers."""
     return json_response({"status": "ok"}, headers={"Cache-Control": "no-store"})
+
+
+def _readiness(ctx: ServerContext) -> str | None:
+    try:
+        if not migrate.is_current(ctx.db.engine):
+            return "the database schema is not at the newest revision"
+        ctx.keys.signer()
+    except (SQLAlchemyError, MCPAuthError) as exc:
+        return f"{type(exc).__name__}: not ready"
+    return None
+
+
+async def ready(request: Request) -> Response:
+    """Readiness: the database answers, its schema is current, a signing key is loaded."""
+    problem = await anyio.to_thread.run_sync(_readiness, get_context(request))
+    if problem is not None:
+        return json_response(
+            {"status": "unavailable", "reason": problem}, 503, headers={"Cache-Control": "no-store"}
+        )
+    return json_response({"status": "ready"}, headers={"Cache-Control": "no-store"})

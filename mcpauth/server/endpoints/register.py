@@ -11,6 +11,7 @@ from mcpauth.errors import InvalidClientMetadata, InvalidToken
 from mcpauth.server import clients
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http import NO_STORE, json_body, json_response
+from mcpauth.server.observability import audit
 from mcpauth.server.registration import ValidatedClient, validate_client_metadata
 from mcpauth.server.secrets import digest, matches
 from mcpauth.server.storage.accounts import all_scopes
@@ -35,7 +36,14 @@ def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
     validated: ValidatedClient = validate_client_metadata(
         raw, known_scopes=known, auth_methods=clients.AUTH_METHODS
     )
-    return clients.create_client(ctx, validated, source="dcr")
+    info = clients.create_client(ctx, validated, source="dcr")
+    audit(
+        "client.registered",
+        client_id=info["client_id"],
+        source="dcr",
+        auth_method=validated.token_endpoint_auth_method,
+    )
+    return info
 
 
 async def register(request: Request) -> Response:

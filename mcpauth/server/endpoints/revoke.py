@@ -14,6 +14,7 @@ from mcpauth.server.client_auth import authenticate_request
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.login import client_ip
+from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import Client, RefreshToken, RevokedAccessToken
@@ -51,6 +52,7 @@ def _handle(
     if not token:
         raise InvalidRequest("token is required")
     hint = form.get("token_type_hint")
+    audit("token.revoked", client_id=client.client_id, hint=hint)
     if hint != "access_token" and _revoke_refresh_token(ctx, client, token):
         return
     if token.count(".") == 2:

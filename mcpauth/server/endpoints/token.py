@@ -18,6 +18,7 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.grants import authorization_code, client_credentials, jwt_bearer, refresh_token
 from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.login import client_ip
+from mcpauth.server.observability import audit
 from mcpauth.server.tokens import Issuance
 
 GRANTS = {
@@ -40,7 +41,18 @@ def _handle(
     client = client_auth.authenticate_request(ctx, form, authorization, address, endpoint="token")
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
-    return handler(ctx, client, form)
+    issuance = handler(ctx, client, form)
+    claims = issuance.claims
+    audit(
+        "token.refreshed" if grant_type == "refresh_token" else "token.issued",
+        grant_type=grant_type,
+        client_id=client.client_id,
+        sub=claims["sub"],
+        aud=claims["aud"],
+        jti=claims["jti"],
+        refresh_token=issuance.refresh_token is not None,
+    )
+    return issuance
 
 
 async def token(request: Request) -> Response:

@@ -9,6 +9,7 @@ from sqlmodel import Session
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.server.context import ServerContext
 from mcpauth.server.grants import checks
+from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import AuthorizationCode, Client, Grant
@@ -45,6 +46,12 @@ def _redeem(
         return InvalidGrant("The authorization code is invalid")
     if code.redeemed_at is not None or not grants.redeem_code(session, code.digest, now):
         grants.revoke_grant(session, code.grant_id, now)  # replay: the whole grant dies
+        audit(
+            "replay.detected",
+            kind="authorization_code",
+            client_id=client.client_id,
+            grant_id=code.grant_id,
+        )
         return InvalidGrant("The authorization code was already used; its grant is revoked")
     if code.expires_at <= now:
         return InvalidGrant("The authorization code has expired")

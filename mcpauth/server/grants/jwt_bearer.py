@@ -14,6 +14,7 @@ from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthErr
 from mcpauth.server.assertions import record_jti
 from mcpauth.server.context import ServerContext
 from mcpauth.server.grants import checks
+from mcpauth.server.observability import audit
 from mcpauth.server.secrets import new_id
 from mcpauth.server.storage.accounts import user_by_name
 from mcpauth.server.storage.models import Client, User
@@ -100,6 +101,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
     with ctx.db.write() as session:
         if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):
+            audit("replay.detected", kind="id_jag", client_id=client.client_id)
             raise InvalidGrant("The assertion was already used")
         user_id = _user_for(session, str(claims["iss"]), str(claims["sub"]), now)
     token = access_token_claims(

@@ -9,6 +9,7 @@ from sqlmodel import Session
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.server.context import ServerContext
 from mcpauth.server.grants import checks
+from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import Client, Grant, RefreshToken
@@ -42,6 +43,9 @@ def _rotate(
         return InvalidGrant("The grant was revoked")
     if token.rotated_at is not None or not grants.rotate_refresh_token(session, token.digest, now):
         grants.revoke_grant(session, grant.id, now)  # reuse: the family dies
+        audit(
+            "replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant.id
+        )
         return InvalidGrant("The refresh token was already used; its grant is revoked")
     if token.expires_at <= now:
         return InvalidGrant("The refresh token has expired")

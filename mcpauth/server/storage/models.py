@@ -173,3 +173,13 @@ class UsedAssertion(SQLModel, table=True):
 
     key: str = Field(primary_key=True, max_length=64)  # SHA-256 of issuer and jti
     expires_at: int = Field(index=True)
+
+
+class RateCounter(SQLModel, table=True):
+    """Fixed-window request counters shared by every replica (rate limits)."""
+
+    __tablename__ = "rate_counters"
+
+    key: str = Field(primary_key=True, max_length=300)
+    window_start: int
+    count: int = 0

@@ -1,0 +1,93 @@
+"""Logs, audit events and request ids. Nothing here ever logs a token, code, secret or
+password: audit events carry identifiers (client, user, grant, jti) only."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import sys
+from contextvars import ContextVar
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+audit_log = logging.getLogger("mcpauth.audit")
+request_id_var: ContextVar[str] = ContextVar("mcpauth_request_id", default="-")
+_VALID_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def audit(event: str, **fields: Any) -> None:
+    """Record a security event (login, consent, token issued/refreshed/revoked, replay)."""
+    audit_log.info(event, extra={"audit": {"event": event, **fields}})
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, request id, audit fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": request_id_var.get(),
+        }
+        fields = getattr(record, "audit", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        level = record.levelname.lower()
+        text = f"{level} [{request_id_var.get()}] {record.name}: {record.getMessage()}"
+        fields = getattr(record, "audit", None)
+        if isinstance(fields, dict):
+            text += " " + " ".join(f"{k}={v}" for k, v in fields.items() if k != "event")
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def configure_logging(level: str = "info", fmt: str = "text") -> None:
+    """Send mcpauth's logs (and the audit trail) to stderr as text or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
+    logger = logging.getLogger("mcpauth")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+class RequestIdMiddleware:
+    """Give every request an id (a sane incoming ``X-Request-ID`` is kept), echo it in the
+    response and make it visible to every log line written while serving it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if _VALID_ID.match(incoming) else secrets.token_hex(8)
+        token = request_id_var.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id_var.reset(token)

@@ -1,0 +1,146 @@
+"""Running it for real: rate limits shared through the database, request ids, an audit trail
+that never holds a secret, JSON logs, readiness and Prometheus metrics (issue 7)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from starlette.applications import Starlette
+
+from mcpauth.server import Settings, admin, create_app
+from mcpauth.server.observability import JSONFormatter
+
+from ..conftest import ISSUER
+from ..oauth import register_public_client
+from .conftest import PASSWORD
+from .test_token import refresh, tokens
+
+pytestmark = pytest.mark.anyio
+REGISTRATION = {"redirect_uris": ["http://127.0.0.1/cb"], "token_endpoint_auth_method": "none"}
+
+
+def client_for(app: Starlette, address: str = "203.0.113.7") -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(address, 4000)), base_url=ISSUER
+    )
+
+
+async def test_row19_registration_is_rate_limited_per_address_with_retry_after(
+    make_settings: Callable[..., Settings],
+) -> None:
+    app = create_app(make_settings(rate_limit_register=3))
+    async with client_for(app) as http, client_for(app, "198.51.100.1") as other:
+        statuses = [(await http.post("/register", json=REGISTRATION)).status_code for _ in range(4)]
+        limited = await http.post("/register", json=REGISTRATION)
+        elsewhere = await other.post("/register", json=REGISTRATION)
+    assert statuses == [201, 201, 201, 429]
+    assert limited.json()["error"] == "too_many_requests"
+    assert 0 < int(limited.headers["retry-after"]) <= 60
+    assert elsewhere.status_code == 201
+
+
+async def test_rate_limits_are_shared_by_replicas_on_one_database(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(rate_limit_register=2)
+    first, second = create_app(settings), create_app(settings)
+    async with client_for(first) as a, client_for(second) as b:
+        assert (await a.post("/register", json=REGISTRATION)).status_code == 201
+        assert (await b.post("/register", json=REGISTRATION)).status_code == 201
+        assert (await a.post("/register", json=REGISTRATION)).status_code == 429
+        assert (await b.post("/register", json=REGISTRATION)).status_code == 429
+
+
+async def test_the_token_endpoint_is_rate_limited_per_client(
+    make_settings: Callable[..., Settings],
+) -> None:
+    app = create_app(make_settings(rate_limit_token=2))
+    ctx = app.state.mcpauth
+    admin.add_resource(
+        ctx, "http://127.0.0.1:8000/mcp", scopes=["a"], default_scopes=["a"], is_default=True
+    )
+    bot = admin.add_client(ctx, name="bot", grant_types=["client_credentials"])
+    token = base64.b64encode(f"{bot['client_id']}:{bot['client_secret']}".encode()).decode()
+    headers = {"Authorization": f"Basic {token}"}
+    statuses = []
+    for index in range(3):  # from different addresses: the client key still counts
+        async with client_for(app, f"198.51.100.{index + 1}") as http:
+            response = await http.post(
+                "/token", data={"grant_type": "client_credentials"}, headers=headers
+            )
+            statuses.append(response.status_code)
+    assert statuses == [200, 200, 429]
+
+
+async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> None:
+    generated = await http.get("/health")
+    kept = await http.get("/health", headers={"X-Request-ID": "abc-123"})
+    replaced = await http.get("/health", headers={"X-Request-ID": "bad id\nwith newline"})
+    assert len(generated.headers["x-request-id"]) == 16
+    assert kept.headers["x-request-id"] == "abc-123"
+    assert replaced.headers["x-request-id"] != "bad id\nwith newline"
+
+
+async def test_the_audit_trail_records_the_flow_and_never_a_secret(
+    http: httpx.AsyncClient, public_client: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mcpauth")
+    issued = await tokens(http, public_client)
+    rotated = (await refresh(http, public_client["client_id"], issued["refresh_token"])).json()
+    await refresh(http, public_client["client_id"], issued["refresh_token"])  # replay
+    events = [getattr(r, "audit", {}).get("event") for r in caplog.records]
+    for event in (
+        "login.success",
+        "consent.granted",
+        "token.issued",
+        "token.refreshed",
+        "replay.detected",
+    ):
+        assert event in events
+    formatter = JSONFormatter()
+    written = "\n".join(formatter.format(record) for record in caplog.records)
+    secrets_seen = [
+        issued["access_token"],
+        issued["refresh_token"],
+        rotated["refresh_token"],
+        rotated["access_token"],
+        PASSWORD,
+    ]
+    assert not [s for s in secrets_seen if s in written]
+    lines = [json.loads(line) for line in written.splitlines()]
+    assert all({"time", "level", "logger", "message", "request_id"} <= set(line) for line in lines)
+
+
+async def test_readiness_reports_a_database_behind_its_schema(
+    http: httpx.AsyncClient, app: Starlette
+) -> None:
+    assert (await http.get("/health/ready")).json() == {"status": "ready"}
+    with app.state.mcpauth.db.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+    response = await http.get("/health/ready")
+    assert response.status_code == 503
+    assert "schema" in response.json()["reason"]
+
+
+async def test_prometheus_metrics_count_requests_and_security_events(
+    make_settings: Callable[..., Settings],
+) -> None:
+    app = create_app(make_settings(metrics=True))
+    async with client_for(app) as http:
+        await register_public_client(http)
+        await http.get("/health")
+        body = (await http.get("/metrics")).text
+    assert 'mcpauth_http_requests_total{route="/register",status="201"} 1.0' in body
+    assert 'mcpauth_http_requests_total{route="/health",status="200"} 1.0' in body
+    assert 'mcpauth_audit_events_total{event="client.registered"}' in body
+
+
+async def test_metrics_are_off_by_default(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/metrics")).status_code == 404
