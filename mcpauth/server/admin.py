@@ -12,14 +12,13 @@ from sqlmodel import delete, select
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.server import clients
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext, wall_clock
-from mcpauth.server.keys import KeyManager
+from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.passwords import hash_password
 from mcpauth.server.registration import validate_client_metadata
-from mcpauth.server.secrets import derive_key, new_id, resolve_server_secret
-from mcpauth.server.storage import accounts, migrate
-from mcpauth.server.storage.database import Database, make_engine
-from mcpauth.server.storage.models import Client, Consent, Grant, RefreshToken, Resource, User
+from mcpauth.server.secrets import new_id
+from mcpauth.server.storage import accounts, grants, migrate
+from mcpauth.server.storage.database import make_engine
+from mcpauth.server.storage.models import Consent, Grant, RefreshToken, Resource, User
 from mcpauth.uris import URIError, canonical_resource
 
 
@@ -34,17 +33,7 @@ def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
         migrate.upgrade(engine)
     elif not migrate.is_current(engine):
         raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
-    secret = resolve_server_secret(settings.secret_key, settings.database_url)
-    db = Database(engine)
-    keys = KeyManager(
-        db,
-        secret=secret,
-        alg=settings.signing_alg,
-        access_token_ttl=settings.access_token_ttl,
-        rotation_delay=settings.key_rotation_delay,
-        clock=wall_clock,
-    )
-    return ServerContext(settings, db, keys, wall_clock, derive_key(secret, "mcpauth cookies"))
+    return build_context(settings, engine)
 
 
 def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]:
@@ -227,13 +216,8 @@ def list_clients(ctx: ServerContext) -> list[dict[str, Any]]:
 
 def remove_client(ctx: ServerContext, client_id: str) -> None:
     with ctx.db.write() as session:
-        client = session.get(Client, client_id)
-        if client is None:
+        if not grants.delete_client(session, client_id):
             raise AdminError(f"no client {client_id!r}")
-        session.exec(delete(RefreshToken).where(RefreshToken.client_id == client_id))  # type: ignore[arg-type]
-        session.exec(delete(Grant).where(Grant.client_id == client_id))  # type: ignore[arg-type]
-        session.exec(delete(Consent).where(Consent.client_id == client_id))  # type: ignore[arg-type]
-        session.delete(client)
 
 
 def list_keys(ctx: ServerContext) -> list[dict[str, Any]]:

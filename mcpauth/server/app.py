@@ -17,8 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext, wall_clock
-from mcpauth.server.directory import ClientDirectory
+from mcpauth.server.context import build_context, wall_clock
 from mcpauth.server.endpoints import (
     account,
     authorize,
@@ -31,15 +30,12 @@ from mcpauth.server.endpoints import (
     token,
 )
 from mcpauth.server.http import cors, error_response, oauth_errors
-from mcpauth.server.idp import IdentityProviders
-from mcpauth.server.keys import KeyManager
 from mcpauth.server.metrics import AuditCounter, Metrics, MetricsMiddleware
 from mcpauth.server.metrics import endpoint as metrics_endpoint
 from mcpauth.server.observability import RequestIdMiddleware
 from mcpauth.server.ratelimit import Rate, RateLimitMiddleware
-from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage import migrate
-from mcpauth.server.storage.database import Database, make_engine
+from mcpauth.server.storage.database import make_engine
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -171,26 +167,9 @@ def create_app(
     own_engine = engine is None
     engine = engine or make_engine(settings.database_url)
     ensure_schema(engine)
-    secret = resolve_server_secret(settings.secret_key, settings.database_url)
-    db = Database(engine)
-    keys = KeyManager(
-        db,
-        secret=secret,
-        alg=settings.signing_alg,
-        access_token_ttl=settings.access_token_ttl,
-        rotation_delay=settings.key_rotation_delay,
-        clock=clock,
-    )
-    keys.ensure_key()
-    ctx = ServerContext(
-        settings=settings,
-        db=db,
-        keys=keys,
-        clock=clock,
-        cookie_secret=derive_key(secret, "mcpauth cookies"),
-        idps=IdentityProviders(settings.trusted_idps),
-        directory=ClientDirectory(settings, ssl_context=outbound_ssl_context),
-    )
+    ctx = build_context(settings, engine, clock=clock, ssl_context=outbound_ssl_context)
+    ctx.keys.ensure_key()
+    db = ctx.db
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+from sqlalchemy import Engine
 from starlette.requests import Request
 
 from mcpauth.server.config import Settings
 from mcpauth.server.directory import ClientDirectory
 from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
+from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage.database import Database
 from mcpauth.uris import path_of
 
@@ -56,3 +59,36 @@ class ServerContext:
 
 def get_context(request: Request) -> ServerContext:
     return cast(ServerContext, request.app.state.mcpauth)
+
+
+def build_context(
+    settings: Settings,
+    engine: Engine,
+    *,
+    clock: Callable[[], float] = wall_clock,
+    ssl_context: ssl.SSLContext | None = None,
+) -> ServerContext:
+    """Everything an endpoint or admin command needs, on ``engine``.
+
+    Raises:
+        ConfigurationError: no usable server secret.
+    """
+    secret = resolve_server_secret(settings.secret_key, settings.database_url)
+    db = Database(engine)
+    keys = KeyManager(
+        db,
+        secret=secret,
+        alg=settings.signing_alg,
+        access_token_ttl=settings.access_token_ttl,
+        rotation_delay=settings.key_rotation_delay,
+        clock=clock,
+    )
+    return ServerContext(
+        settings=settings,
+        db=db,
+        keys=keys,
+        clock=clock,
+        cookie_secret=derive_key(secret, "mcpauth cookies"),
+        idps=IdentityProviders(settings.trusted_idps),
+        directory=ClientDirectory(settings, ssl_context=ssl_context),
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-from sqlmodel import delete
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,8 +16,9 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http import NO_STORE, error_response, json_body, json_response
 from mcpauth.server.registration import validate_client_metadata
 from mcpauth.server.secrets import digest, matches, new_token
+from mcpauth.server.storage import grants
 from mcpauth.server.storage.accounts import all_scopes
-from mcpauth.server.storage.models import Client, Consent, Grant, RefreshToken
+from mcpauth.server.storage.models import Client
 
 UNAUTHORIZED = InvalidToken(
     "The registration access token is missing or invalid",
@@ -95,12 +95,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
 def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
     _load(ctx, client_id, token)
     with ctx.db.write() as session:
-        session.exec(delete(RefreshToken).where(RefreshToken.client_id == client_id))  # type: ignore[arg-type]
-        session.exec(delete(Grant).where(Grant.client_id == client_id))  # type: ignore[arg-type]
-        session.exec(delete(Consent).where(Consent.client_id == client_id))  # type: ignore[arg-type]
-        row = session.get(Client, client_id)
-        if row is not None:
-            session.delete(row)
+        grants.delete_client(session, client_id)
 
 
 async def configure(request: Request) -> Response:

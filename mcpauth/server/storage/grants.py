@@ -4,11 +4,12 @@ won, so racing requests (threads or replicas) cannot both redeem one code or ref
 
 from __future__ import annotations
 
-from sqlalchemy import CursorResult, update
+from sqlalchemy import CursorResult, delete, update
 from sqlmodel import Session, col, select
 
 from mcpauth.server.storage.models import (
     AuthorizationCode,
+    Client,
     Consent,
     Grant,
     Interaction,
@@ -96,3 +97,15 @@ def live_interaction(session: Session, interaction_id: str, now: int) -> Interac
     if interaction is None or interaction.expires_at <= now:
         return None
     return interaction
+
+
+def delete_client(session: Session, client_id: str) -> bool:
+    """Delete a client with its grants, refresh tokens and consents; False if unknown."""
+    client = session.get(Client, client_id)
+    if client is None:
+        return False
+    session.exec(delete(RefreshToken).where(col(RefreshToken.client_id) == client_id))
+    session.exec(delete(Grant).where(col(Grant.client_id) == client_id))
+    session.exec(delete(Consent).where(col(Consent.client_id) == client_id))
+    session.delete(client)
+    return True
