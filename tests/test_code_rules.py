@@ -1,0 +1,69 @@
+"""Rules checked over the source itself (attacks.md row 18): secrets are never compared with
+``==``/``!=`` (``hmac.compare_digest`` only), randomness comes from ``secrets`` only, and no
+module grows past 500 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mcpauth"
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+SECRET_WORDS = ("secret", "password", "csrf", "verifier", "digest", "assertion")
+SECRET_NAMES = {"token", "code", "code_value", "value"}
+
+
+def _names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.Call):
+        return [n for arg in node.args for n in _names(arg)]
+    return []
+
+
+def _is_sql_column(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "col"
+
+
+def _secretish(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return False
+    return any(
+        name.lower() in SECRET_NAMES or any(word in name.lower() for word in SECRET_WORDS)
+        for name in _names(node)
+    )
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_row18_secrets_are_never_compared_with_equality(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    offenders = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(op, ast.Eq | ast.NotEq) for op in node.ops
+        ):
+            operands = [node.left, *node.comparators]
+            if any(_is_sql_column(o) for o in operands):
+                continue  # a database lookup by digest, not a comparison in Python
+            if sum(_secretish(o) for o in operands) >= 2:
+                offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_row18_randomness_comes_from_secrets_only(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            assert all(alias.name != "random" for alias in node.names), path
+        if isinstance(node, ast.ImportFrom):
+            assert node.module != "random", path
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_under_500_lines(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 500
