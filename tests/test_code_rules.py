@@ -21,7 +21,7 @@ def _names(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Attribute):
         return [node.attr]
     if isinstance(node, ast.Call):
-        return [n for arg in node.args for n in _names(arg)]
+        return [*_names(node.func), *(n for arg in node.args for n in _names(arg))]
     return []
 
 
