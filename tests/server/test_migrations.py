@@ -1,35 +1,187 @@
 """Alembic migrations are the only way the schema changes: ``upgrade head`` on an empty
-database yields exactly the models' schema."""
+database yields exactly the models' schema, on SQLite and on PostgreSQL, and a database filled
+at the first revision keeps every row (and every credential keeps working) through the upgrade."""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import Engine, text
 
+from mcpauth.server import Settings, create_app
+from mcpauth.server.passwords import hash_password
+from mcpauth.server.secrets import digest
 from mcpauth.server.storage import migrate, models
 from mcpauth.server.storage.database import make_engine
 
+from ..conftest import ISSUER, TEST_SECRET
 
-def test_upgrade_head_on_empty_sqlite_matches_the_models(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
-    migrate.upgrade(engine)
-    with engine.connect() as conn:
+ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+RESOURCE = "http://127.0.0.1:8000/mcp"
+CLIENT_ID = "client-from-0001"
+REFRESH_TOKEN = "refresh-token-written-at-revision-0001-" + "x" * 20
+
+
+@pytest.fixture(params=ENGINES)
+def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """An engine on a database without any table, on each engine."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+    else:
+        url = str(request.getfixturevalue("empty_postgres_url"))
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def test_upgrade_head_on_an_empty_database_matches_the_models(empty_engine: Engine) -> None:
+    migrate.upgrade(empty_engine)
+    with empty_engine.connect() as conn:
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"compare_type": True}), models.metadata
         )
-    engine.dispose()
     assert diff == []
 
 
-def test_a_fresh_database_is_behind_and_an_upgraded_one_is_current(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    assert not migrate.is_current(engine)
-    migrate.upgrade(engine)
-    assert migrate.is_current(engine)
-    assert migrate.current_revision(engine) == migrate.head_revision()
-    engine.dispose()
+def test_a_fresh_database_is_behind_and_an_upgraded_one_is_current(empty_engine: Engine) -> None:
+    assert not migrate.is_current(empty_engine)
+    migrate.upgrade(empty_engine)
+    assert migrate.is_current(empty_engine)
+    assert migrate.current_revision(empty_engine) == migrate.head_revision()
+
+
+def _fill_at_revision_0001(engine: Engine, now: int) -> dict[str, str]:
+    """One row of each kind a running server depends on, written with plain SQL as a server of
+    revision 0001 would have written them."""
+    ids = {"user": "user-0001", "grant": "grant-0001"}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO users (id, username, password_hash, created_at) "
+                "VALUES (:id, 'alice', :hash, :now)"
+            ),
+            {"id": ids["user"], "hash": hash_password("correct horse battery"), "now": now},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO clients (client_id, secret_expires_at, client_name, redirect_uris, "
+                "grant_types, response_types, token_endpoint_auth_method, application_type, "
+                "scope, client_metadata, first_party, introspect, source, created_at) VALUES "
+                "(:id, 0, 'Old client', :redirects, :grants, :responses, 'none', 'native', "
+                "'mcp:tools', '{}', false, false, 'dcr', :now)"
+            ),
+            {
+                "id": CLIENT_ID,
+                "redirects": json.dumps(["http://127.0.0.1/callback"]),
+                "grants": json.dumps(["authorization_code", "refresh_token"]),
+                "responses": json.dumps(["code"]),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO resources (uri, name, scopes, default_scopes, is_default, "
+                "created_at) VALUES (:uri, 'Demo', :scopes, :defaults, true, :now)"
+            ),
+            {
+                "uri": RESOURCE,
+                "scopes": json.dumps({"mcp:tools": "Use the tools"}),
+                "defaults": json.dumps(["mcp:tools"]),
+                "now": now,
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO grants (id, user_id, client_id, resource, scope, created_at, "
+                "last_used_at) VALUES (:id, :user, :client, :resource, 'mcp:tools', :now, :now)"
+            ),
+            {
+                "id": ids["grant"],
+                "user": ids["user"],
+                "client": CLIENT_ID,
+                "resource": RESOURCE,
+                "now": now,
+            },
+        )
+        conn.execute(
+            text(
+                "INSERT INTO refresh_tokens (digest, grant_id, client_id, scope, resource, "
+                "created_at, expires_at) VALUES (:digest, :grant, :client, 'mcp:tools', "
+                ":resource, :now, :expires)"
+            ),
+            {
+                "digest": digest(REFRESH_TOKEN),
+                "grant": ids["grant"],
+                "client": CLIENT_ID,
+                "resource": RESOURCE,
+                "now": now,
+                "expires": now + 3600,
+            },
+        )
+    return ids
+
+
+def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
+    queries = {
+        "users": "SELECT id, username, created_at FROM users",
+        "clients": "SELECT client_id, client_name, redirect_uris, grant_types FROM clients",
+        "resources": "SELECT uri, name, scopes, default_scopes, is_default FROM resources",
+        "grants": "SELECT id, user_id, client_id, resource, scope, revoked_at FROM grants",
+        "refresh_tokens": "SELECT digest, grant_id, expires_at, rotated_at FROM refresh_tokens",
+    }
+    with engine.connect() as conn:
+        return {
+            table: [tuple(row) for row in conn.execute(text(sql))] for table, sql in queries.items()
+        }
+
+
+@pytest.mark.anyio
+async def test_a_database_filled_at_revision_0001_upgrades_to_head_without_losing_data(
+    empty_engine: Engine,
+) -> None:
+    migrate.upgrade(empty_engine, "0001")
+    assert migrate.current_revision(empty_engine) == "0001"
+    now = int(time.time())
+    ids = _fill_at_revision_0001(empty_engine, now)
+    before = _rows(empty_engine)
+    assert all(len(rows) == 1 for rows in before.values()), before
+
+    migrate.upgrade(empty_engine)
+
+    assert migrate.is_current(empty_engine)
+    assert _rows(empty_engine) == before
+    # the old rows are usable: the refresh token written at 0001 rotates through the server
+    settings = Settings(
+        issuer=ISSUER,
+        database_url=empty_engine.url.render_as_string(hide_password=False),
+        secret_key=TEST_SECRET,
+    )
+    app = create_app(settings, engine=empty_engine)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        form = {
+            "grant_type": "refresh_token",
+            "refresh_token": REFRESH_TOKEN,
+            "client_id": CLIENT_ID,
+        }
+        response = await http.post("/token", data=form)
+        assert response.status_code == 200, response.text
+        assert response.json()["scope"] == "mcp:tools"
+        replay = await http.post("/token", data=form)
+        assert replay.status_code == 400
+        assert replay.json()["error"] == "invalid_grant"
+    with empty_engine.connect() as conn:
+        revoked = conn.execute(
+            text("SELECT revoked_at FROM grants WHERE id = :id"), {"id": ids["grant"]}
+        ).scalar()
+    assert revoked is not None
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:

@@ -1,0 +1,276 @@
+"""A throwaway PostgreSQL server for the test session.
+
+The session fixture ``postgres_server`` runs ``initdb`` into a fresh temporary directory and starts
+``postgres`` on a free 127.0.0.1 port (as the ``postgres`` OS user when the tests run as root:
+PostgreSQL refuses to run as root), with durability switched off (the tests kill mcpauth
+processes, never this server). A template database is migrated to head once; every test that
+asks for a database gets its own copy (``CREATE DATABASE ... TEMPLATE``, a few milliseconds)
+that is dropped afterwards. The server is stopped and its directory removed at the end of the
+session, and it dies with the test process if that is killed (parent-death signal).
+
+``MCPAUTH_TEST_DATABASE=postgresql`` makes ``make_settings`` (and so every server test) use a
+fresh PostgreSQL database instead of a SQLite file. The server binaries come from
+``scripts/ensure-postgres.sh`` (or ``MCPAUTH_PG_BIN``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from .support import free_port
+
+ENGINE_ENV = "MCPAUTH_TEST_DATABASE"
+TEMPLATE = "mcpauth_template"
+START_TIMEOUT = 30.0
+_PR_SET_PDEATHSIG = 1
+_names = itertools.count(1)
+
+
+def engine_under_test() -> str:
+    """``sqlite`` (default) or ``postgresql``: the engine ``make_settings`` hands out."""
+    value = os.environ.get(ENGINE_ENV, "sqlite").strip().lower()
+    if value in ("postgres", "postgresql", "pg"):
+        return "postgresql"
+    if value in ("", "sqlite"):
+        return "sqlite"
+    raise pytest.UsageError(f"{ENGINE_ENV}={value!r}: expected sqlite or postgresql")
+
+
+def find_bindir() -> Path:
+    """The bin directory of a PostgreSQL server installation."""
+    candidates: list[str] = []
+    if os.environ.get("MCPAUTH_PG_BIN"):
+        candidates.append(os.environ["MCPAUTH_PG_BIN"])
+    candidates += sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda d: int(Path(d).parent.name) if Path(d).parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(str(Path(initdb).resolve().parent))
+    for candidate in candidates:
+        path = Path(candidate)
+        if all((path / tool).is_file() for tool in ("initdb", "postgres")):
+            return path
+    pytest.fail(
+        "no PostgreSQL server binaries found: run scripts/ensure-postgres.sh "
+        "(or set MCPAUTH_PG_BIN to the directory holding initdb and postgres)"
+    )
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT)  # immediate shutdown if pytest dies
+
+
+@dataclass
+class PostgresServer:
+    """A running throwaway server; ``url(db)`` is what mcpauth is configured with."""
+
+    bindir: Path
+    root: Path
+    port: int
+    process: subprocess.Popen[bytes]
+    user: str | None
+
+    host = "127.0.0.1"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@{self.host}:{self.port}/{database}"
+
+    def connect(self, database: str = "postgres") -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(
+            host=self.host, port=self.port, user="postgres", dbname=database, autocommit=True
+        )
+
+    def execute(self, sql: str, database: str = "postgres") -> None:
+        with self.connect(database) as conn:
+            conn.execute(sql.encode())
+
+    def create_database(self, name: str | None = None, *, template: str | None = TEMPLATE) -> str:
+        """A new database (a copy of the migrated template unless ``template`` is None)."""
+        name = name or f"t{os.getpid()}_{next(_names)}"
+        clause = f" TEMPLATE {template}" if template else " TEMPLATE template0"
+        self.execute(f'CREATE DATABASE "{name}"{clause}')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def log_tail(self, chars: int = 4000) -> str:
+        log = self.root / "postgres.log"
+        return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _run_as(user: str | None) -> dict[str, object]:
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def start_server() -> PostgresServer:
+    bindir = find_bindir()
+    user = "postgres" if os.geteuid() == 0 else None
+    # /tmp itself, not pytest's tmp_path: its parents are private to root
+    root = Path(tempfile.mkdtemp(prefix="mcpauth-pg-"))
+    data, sockets = root / "data", root / "sockets"
+    data.mkdir()
+    sockets.mkdir()
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        for path in (root, data, sockets):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    env.pop("PGDATA", None)
+    try:
+        subprocess.run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+            cwd=root,
+            env=env,
+            **_run_as(user),  # type: ignore[arg-type]
+        )
+    except subprocess.CalledProcessError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"initdb failed: {exc.stderr.decode(errors='replace')}")
+    port = free_port()
+    log = open(root / "postgres.log", "wb")  # noqa: SIM115
+    if user is not None:
+        os.chown(root / "postgres.log", pwd.getpwnam(user).pw_uid, -1)
+    process = subprocess.Popen(
+        [
+            str(bindir / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(sockets),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=64MB",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "log_min_messages=warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=root,
+        env=env,
+        preexec_fn=_die_with_parent,
+        **_run_as(user),  # type: ignore[arg-type]
+    )
+    log.close()
+    server = PostgresServer(bindir=bindir, root=root, port=port, process=process, user=user)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            tail = server.log_tail()
+            server.stop()
+            pytest.fail(f"postgres exited with {process.returncode}:\n{tail}")
+        try:
+            server.execute("SELECT 1")
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                tail = server.log_tail()
+                server.stop()
+                pytest.fail(f"postgres did not accept connections in {START_TIMEOUT} s:\n{tail}")
+            time.sleep(0.05)
+    return server
+
+
+def _migrate_template(server: PostgresServer) -> None:
+    from mcpauth.server.storage import migrate
+    from mcpauth.server.storage.database import make_engine
+
+    server.create_database(TEMPLATE, template=None)
+    engine = make_engine(server.url(TEMPLATE))
+    try:
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+    server.execute(f"ALTER DATABASE {TEMPLATE} WITH IS_TEMPLATE true")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server, with ``mcpauth_template`` migrated to head."""
+    server = start_server()
+    try:
+        _migrate_template(server)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database at the newest schema revision, dropped after the test."""
+    name = postgres_server.create_database()
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def empty_postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database without any table, dropped after the test."""
+    name = postgres_server.create_database(template=None)
+    yield postgres_server.url(name)
+    postgres_server.drop_database(name)
+
+
+def database_url_for(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database ``make_settings`` uses: a SQLite file, or with ``MCPAUTH_TEST_DATABASE=
+    postgresql`` a fresh PostgreSQL database (the same one for every call within a test)."""
+    if engine_under_test() == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite:///{tmp_path / 'mcpauth.db'}"
