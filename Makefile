@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest conformance bench clean
+.PHONY: run test lint typecheck pytest pytest-postgres conformance bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,9 +24,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Every test on SQLite (the e2e PostgreSQL tests start their own server), then the server
+# suite again on PostgreSQL (MCPAUTH_TEST_DATABASE, tests/pg.py); coverage of both combined.
 pytest: $(STAMP)
-	$(BIN)/coverage run -m pytest $(PYTEST_ARGS)
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -p -m pytest $(PYTEST_ARGS)
+	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/coverage run -p -m pytest -q tests/server $(PYTEST_PG_ARGS)
+	$(BIN)/coverage combine -q
 	$(BIN)/coverage report --skip-covered --sort=cover | tail -n 25
+
+pytest-postgres: $(STAMP)
+	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest tests/server $(PYTEST_PG_ARGS)
 
 conformance: $(STAMP)
 	bash scripts/conformance-client.sh
@@ -36,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .coverage
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .coverage .coverage.*

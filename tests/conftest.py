@@ -13,6 +13,9 @@ from starlette.applications import Starlette
 
 from mcpauth.server import Settings, create_app
 
+# PostgreSQL fixtures for the whole test session (see tests/pg.py)
+from .pg import database_url_for, empty_postgres_url, postgres_server, postgres_url  # noqa: F401
+
 ISSUER = "http://127.0.0.1:9000"
 TEST_SECRET = "test-secret-key-0123456789abcdef"
 
@@ -23,11 +26,13 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+def make_settings(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Settings]:
+    database_url = database_url_for(request, tmp_path)  # MCPAUTH_TEST_DATABASE=postgresql
+
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "issuer": ISSUER,
-            "database_url": f"sqlite:///{tmp_path / 'mcpauth.db'}",
+            "database_url": database_url,
             "secret_key": TEST_SECRET,
         }
         values.update(overrides)
