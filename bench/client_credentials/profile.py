@@ -1,0 +1,262 @@
+"""Where a client_credentials token costs its time in mcpauth, in process (no HTTP server):
+each step of the token endpoint timed on its own, then the whole ASGI app.
+
+    .venv/bin/python bench/client_credentials/profile.py [--iterations 2000] [--src DIR]
+
+Same setup as run.py (SQLite in a temporary directory, one resource with one scope, one
+client_secret_basic client). Pinned to one CPU. Prints microseconds per call (best of five
+repeats of ``--iterations`` calls, so other load on the machine inflates the numbers less).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+HERE = Path(__file__).resolve().parent
+MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
+RESOURCE = "https://mcp.example.com/mcp"
+SCOPE = "mcp:read"
+ISSUER = "http://127.0.0.1:9000"
+REPEATS = 5
+
+
+def best(fn: Callable[[], Any], n: int) -> float:
+    """Microseconds per call, best of REPEATS runs of n calls."""
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - start) / n * 1e6)
+    return min(times)
+
+
+def best_async(fn: Callable[[], Awaitable[Any]], n: int) -> float:
+    async def run() -> float:
+        times = []
+        for _ in range(REPEATS):
+            start = time.perf_counter()
+            for _ in range(n):
+                await fn()
+            times.append((time.perf_counter() - start) / n * 1e6)
+        return min(times)
+
+    return asyncio.run(run())
+
+
+def setup(workdir: Path, env: dict[str, str]) -> tuple[str, str]:
+    def cli(*args: str) -> str:
+        return subprocess.run(
+            [MCPAUTH, *args], env=env, capture_output=True, text=True, check=True
+        ).stdout
+
+    cli("resources", "add", RESOURCE, "--scope", SCOPE, "--default-scope", SCOPE, "--default")
+    out = json.loads(
+        cli(
+            "clients",
+            "add",
+            "--name",
+            "bench",
+            "--grant-type",
+            "client_credentials",
+            "--scope",
+            SCOPE,
+        )
+    )
+    return out["client_id"], out["client_secret"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--src", type=Path, help="import mcpauth from this checkout instead")
+    args = parser.parse_args()
+    if args.src:
+        sys.path.insert(0, str(args.src.resolve()))
+    os.sched_setaffinity(0, {1})
+    n = args.iterations
+    with tempfile.TemporaryDirectory(prefix="mcpauth-profile-cc-") as tmp:
+        workdir = Path(tmp)
+        env = {
+            **os.environ,
+            **({"PYTHONPATH": str(args.src.resolve())} if args.src else {}),
+            "MCPAUTH_SECRET_KEY": "bench-secret-key-0123456789abcdef",
+            "MCPAUTH_DATABASE_URL": f"sqlite:///{workdir / 'mcpauth.db'}",
+            "MCPAUTH_RATE_LIMIT_TOKEN": str(10**9),
+            "HOME": str(workdir),
+        }
+        client_id, secret = setup(workdir, env)
+        os.environ.update({k: env[k] for k in ("MCPAUTH_SECRET_KEY", "MCPAUTH_DATABASE_URL")})
+        os.environ["MCPAUTH_RATE_LIMIT_TOKEN"] = env["MCPAUTH_RATE_LIMIT_TOKEN"]
+        report(n, client_id, secret)
+    return 0
+
+
+def asgi_call(
+    app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], data: bytes
+) -> Callable[[], Awaitable[None]]:
+    """One request through the whole ASGI app (middleware, routing, endpoint, thread hops)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 9000),
+    }
+
+    async def call() -> None:
+        sent = False
+        status = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+
+        await app(scope, receive, send)
+        if status != 200:
+            raise SystemExit(f"{method} {path}: {status}")
+
+    return call
+
+
+def storage_steps(ctx: Any, client_id: str, now: int) -> list[tuple[str, Callable[[], Any]]]:
+    from mcpauth.server import throttle
+    from mcpauth.server.grants import checks
+    from mcpauth.server.storage.accounts import get_client
+
+    def in_session(fn: Callable[[Any], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            with ctx.db.read() as session:
+                return fn(session)
+
+        return run
+
+    def lockout(session: Any) -> None:
+        for key in (f"client:{client_id}", "client-ip:127.0.0.1"):
+            throttle.retry_after(session, key, now)
+
+    steps = [
+        ("read session open+close, no query", in_session(lambda s: None)),
+        ("read session + Session.get(Client)", in_session(lambda s: get_client(s, client_id))),
+        ("read session + 2x Session.get(Throttle)", in_session(lockout)),
+        (
+            "read session + resolve_resource",
+            in_session(lambda s: checks.resolve_resource(s, RESOURCE)),
+        ),
+    ]
+    try:
+        from mcpauth.server import ratelimit
+
+        steps.append(
+            (
+                "ratelimit.count (write transaction + upsert)",
+                lambda: ratelimit.count(ctx.db.engine, "rate:/token:ip:127.0.0.1", now, 60),
+            )
+        )
+    except ImportError:
+        pass  # a checkout without the rate limiter
+    return steps
+
+
+def report(n: int, client_id: str, secret: str) -> None:
+    import anyio.to_thread
+    from starlette.responses import JSONResponse
+
+    import mcpauth
+    from mcpauth.server import client_auth
+    from mcpauth.server.app import create_app
+    from mcpauth.server.config import load_settings
+    from mcpauth.server.endpoints import token as token_endpoint
+    from mcpauth.server.grants import client_credentials
+    from mcpauth.server.secrets import matches
+    from mcpauth.server.storage.accounts import get_client
+
+    print(f"mcpauth imported from {Path(mcpauth.__file__).parent}")
+    app = create_app(load_settings({"issuer": ISSUER}))
+    ctx = app.state.mcpauth
+    auth = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+    form = {"grant_type": "client_credentials", "resource": RESOURCE, "scope": SCOPE}
+    body = urlencode(form).encode()
+    with ctx.db.read() as session:
+        client = get_client(session, client_id)
+    issuance = token_endpoint._handle(ctx, form, auth, "127.0.0.1")
+    steps = storage_steps(ctx, client_id, ctx.now())
+    steps += [
+        ("secret digest compare", lambda: matches(secret, client.secret_digest)),
+        ("presented_credentials (Basic)", lambda: client_auth.presented_credentials(auth, form)),
+        (
+            "authenticate_request (session, 3 gets)",
+            lambda: client_auth.authenticate_request(
+                ctx, form, auth, "127.0.0.1", endpoint="token"
+            ),
+        ),
+        (
+            "client_credentials.issue (session, 1 get)",
+            lambda: client_credentials.issue(ctx, client, form),
+        ),
+        (
+            "token._handle (auth + grant)",
+            lambda: token_endpoint._handle(ctx, form, auth, "127.0.0.1"),
+        ),
+        ("Issuance.response (ES256 signing)", lambda: issuance.response(ctx)),
+        ("  of which signer().sign(claims)", lambda: ctx.keys.signer().sign(issuance.claims)),
+        ("JSONResponse(body)", lambda: JSONResponse(issuance.response(ctx))),
+    ]
+    rows = [(name, best(fn, n)) for name, fn in steps]
+
+    async def hop() -> None:
+        await anyio.to_thread.run_sync(lambda: None)
+
+    token_headers = [
+        (b"host", b"127.0.0.1:9000"),
+        (b"content-type", b"application/x-www-form-urlencoded"),
+        (b"authorization", auth.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    rows += [
+        ("anyio.to_thread.run_sync hop (empty)", best_async(hop, n)),
+        (
+            "whole ASGI app: POST /token",
+            best_async(asgi_call(app, "POST", "/token", token_headers, body), n),
+        ),
+        (
+            "whole ASGI app: GET /health",
+            best_async(asgi_call(app, "GET", "/health", [(b"host", b"127.0.0.1:9000")], b""), n),
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'step':<{width}}  µs/call")
+    for name, micros in rows:
+        print(f"{name:<{width}}  {micros:8.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
