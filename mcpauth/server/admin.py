@@ -121,6 +121,7 @@ def add_resource(
                 created_at=ctx.now(),
             )
         )
+    ctx.resources.refresh()
     return {
         "uri": canonical,
         "name": name,
@@ -154,6 +155,7 @@ def remove_resource(ctx: ServerContext, uri: str) -> None:
         if resource is None:
             raise AdminError(f"no resource {canonical}")
         session.delete(resource)
+    ctx.resources.refresh()
 
 
 def add_client(
@@ -218,6 +220,7 @@ def remove_client(ctx: ServerContext, client_id: str) -> None:
     with ctx.db.write() as session:
         if not grants.delete_client(session, client_id):
             raise AdminError(f"no client {client_id!r}")
+    ctx.clients.forget(client_id)
 
 
 def list_keys(ctx: ServerContext) -> list[dict[str, Any]]:

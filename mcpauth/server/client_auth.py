@@ -16,11 +16,9 @@ from mcpauth.server.assertions import (
     unverified_subject,
     verify_client_assertion,
 )
-from mcpauth.server.cimd import is_cimd_client_id
 from mcpauth.server.context import ServerContext
 from mcpauth.server.observability import audit
 from mcpauth.server.secrets import matches
-from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.models import Client
 
 SECRET_METHODS = ("client_secret_basic", "client_secret_post")
@@ -91,9 +89,10 @@ def record_failure(
 
 
 def authenticate(
-    session: Session, credentials: PresentedCredentials, *, now: int, address: str
+    ctx: ServerContext, credentials: PresentedCredentials, *, now: int, address: str
 ) -> Client:
     """The registered client the credentials prove (reads only; see :func:`record_failure`).
+    A metadata-document client is resolved (and refreshed) from its URL.
 
     Raises:
         InvalidClient: unknown client, wrong method or wrong secret (one uniform error).
@@ -101,10 +100,10 @@ def authenticate(
     """
     keys = _keys(credentials, address)
     if credentials.method != "none":
-        wait = max(throttle.retry_after(session, key, now) for key in keys)
+        wait = ctx.lockouts.retry_after(keys, now)
         if wait:
             raise TooManyRequests("Too many failed client authentications", retry_after=wait)
-    client = get_client(session, credentials.client_id)
+    client = ctx.clients.find(ctx.db, credentials.client_id)
     method_ok = client is not None and client.token_endpoint_auth_method == credentials.method
     if credentials.method in ("none", "private_key_jwt"):  # the assertion is checked after
         if method_ok and client is not None:
@@ -140,15 +139,13 @@ def authenticate_request(
     credentials = presented_credentials(authorization, form)
     now = ctx.now()
     try:
-        if is_cimd_client_id(credentials.client_id):
-            ctx.clients.find(ctx.db, credentials.client_id)  # refresh from its document
-        with ctx.db.read() as session:
-            client = authenticate(session, credentials, now=now, address=address)
+        client = authenticate(ctx, credentials, now=now, address=address)
         if credentials.method == "private_key_jwt" and credentials.secret is not None:
             verify_client_assertion(ctx, client, credentials.secret, endpoint)
     except InvalidClient:
         with ctx.db.write() as session:
             record_failure(session, credentials, now=now, address=address)
+        ctx.lockouts.forget(_keys(credentials, address))
         audit(
             "client.authentication_failed",
             client_id=credentials.client_id[:200],

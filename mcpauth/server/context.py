@@ -15,8 +15,10 @@ from mcpauth.server.config import Settings
 from mcpauth.server.directory import ClientDirectory
 from mcpauth.server.idp import IdentityProviders
 from mcpauth.server.keys import KeyManager
+from mcpauth.server.resources import ResourceCatalog
 from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage.database import Database
+from mcpauth.server.throttle import Lockouts
 from mcpauth.uris import path_of
 
 
@@ -34,10 +36,14 @@ class ServerContext:
     cookie_secret: bytes
     idps: IdentityProviders = field(default_factory=lambda: IdentityProviders({}))
     directory: ClientDirectory | None = None
+    resources: ResourceCatalog = field(init=False)
+    lockouts: Lockouts = field(init=False)
 
     def __post_init__(self) -> None:
         if self.directory is None:
             self.directory = ClientDirectory(self.settings)
+        self.resources = ResourceCatalog(self.db)
+        self.lockouts = Lockouts(self.db)
 
     @property
     def clients(self) -> ClientDirectory:

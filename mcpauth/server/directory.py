@@ -12,6 +12,7 @@ from collections import OrderedDict
 from typing import Any
 
 from mcpauth.errors import InvalidClient
+from mcpauth.server.cache import TTLCache
 from mcpauth.server.cimd import (
     MetadataCache,
     fetcher_for,
@@ -24,8 +25,14 @@ from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Client
 
+CLIENT_CACHE_SECONDS = 2.0
 JWKS_CACHE_SECONDS = 300
 JWKS_CACHE_ENTRIES = 1000
+
+
+def _load_client(db: Database, client_id: str) -> Client | None:
+    with db.read() as session:
+        return get_client(session, client_id)
 
 
 class ClientDirectory:
@@ -35,6 +42,7 @@ class ClientDirectory:
         self._fetcher = fetcher_for(settings, **options)
         self._documents = MetadataCache()
         self._jwks: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._clients: TTLCache[str, Client | None] = TTLCache(CLIENT_CACHE_SECONDS)
         self._lock = threading.Lock()
 
     def find(self, db: Database, client_id: str) -> Client | None:
@@ -44,8 +52,7 @@ class ClientDirectory:
             CIMDError: the URL's document cannot be fetched or is not valid.
         """
         if not is_cimd_client_id(client_id):
-            with db.read() as session:
-                return get_client(session, client_id)
+            return self._clients.get_or_load(client_id, lambda: _load_client(db, client_id))
         client = resolve_client_metadata_document(
             self._settings, client_id, fetcher=self._fetcher, cache=self._documents
         )
@@ -55,6 +62,10 @@ class ClientDirectory:
                 client.created_at = stored.created_at
             session.merge(client)
         return client
+
+    def forget(self, client_id: str) -> None:
+        """Drop a cached client (after this process changed or deleted it)."""
+        self._clients.forget(client_id)
 
     def jwks_for(self, client: Client) -> dict[str, Any]:
         """The client's JWKS: registered inline, or fetched from its ``jwks_uri``.

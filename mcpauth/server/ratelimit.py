@@ -1,14 +1,20 @@
-"""Request rate limits in fixed windows, counted in the database so every replica shares them
-(one upsert a request). Keys are the client address, and the client id where a request
-names one in its Basic credentials. Over the limit: 429 with ``Retry-After``."""
+"""Request rate limits in fixed windows, shared by every replica through the database without
+a database write on each request: a process counts in memory and merges its counts into the
+shared table at most once a second (one transaction for all keys), reading back the totals
+the other replicas wrote. A replica therefore learns of the others' traffic within about a
+second, and the limit holds to within one second of traffic per replica.
+
+Keys are the client address, and the client id where a request names one in Basic
+credentials. Over the limit: 429 with ``Retry-After``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import anyio.to_thread
-from sqlalchemy import Engine, Table
+from sqlalchemy import Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -17,6 +23,9 @@ from mcpauth.server._authlib import basic_credentials
 from mcpauth.server.http import error_response
 from mcpauth.server.storage.models import RateCounter
 
+SYNC_SECONDS = 1.0
+MAX_PENDING_KEYS = 50_000
+
 
 @dataclass(frozen=True)
 class Rate:
@@ -24,28 +33,66 @@ class Rate:
     window: int = 60  # seconds
 
 
-def count(engine: Engine, key: str, now: int, window: int) -> tuple[int, int]:
-    """Count one request for ``key``; returns the count in this window and the window start."""
-    start = now - now % window
-    table: Table = RateCounter.__table__  # type: ignore[attr-defined]
-    insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-    statement = insert(table).values(key=key, window_start=start, count=1)
-    upsert = statement.on_conflict_do_update(
-        index_elements=[table.c.key],
-        set_={
-            "count": (table.c.window_start == start).cast(table.c.count.type) * table.c.count + 1,
-            "window_start": start,
-        },
-    ).returning(table.c.count)
-    with engine.connect() as conn:
-        conn = conn.execution_options(mcpauth_write=True)
-        with conn.begin():
-            value = conn.execute(upsert).scalar_one()
-    return int(value), start
+Slot = tuple[str, int]  # (key, window start)
+
+
+class SharedCounters:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._table: Table = RateCounter.__table__  # type: ignore[attr-defined]
+        self._pending: dict[Slot, int] = {}  # counted here, not yet in the table
+        self._known: dict[Slot, int] = {}  # the table's total at the last sync
+        self._lock = threading.Lock()
+        self.synced_at = float("-inf")
+
+    def hit(self, slot: Slot) -> int:
+        """Count one request; the best current estimate of the slot's total."""
+        with self._lock:
+            self._pending[slot] = self._pending.get(slot, 0) + 1
+            return self._known.get(slot, 0) + self._pending[slot]
+
+    def due(self, now: float) -> bool:
+        return now - self.synced_at >= SYNC_SECONDS or len(self._pending) > MAX_PENDING_KEYS
+
+    def _upsert(self, slot: Slot, delta: int) -> object:
+        key, start = slot
+        table = self._table
+        insert = postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
+        same_window = (table.c.window_start == start).cast(table.c.count.type)
+        return (
+            insert(table)
+            .values(key=key, window_start=start, count=delta)
+            .on_conflict_do_update(
+                index_elements=[table.c.key],
+                set_={"count": same_window * table.c.count + delta, "window_start": start},
+            )
+            .returning(table.c.count)
+        )
+
+    def sync(self, now: float, interesting: Iterable[Slot]) -> None:
+        """Merge pending counts into the table and refresh the totals of ``interesting``."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self.synced_at = now
+        totals: dict[Slot, int] = {}
+        with self._engine.connect() as conn:
+            conn = conn.execution_options(mcpauth_write=True)
+            with conn.begin():
+                for slot, delta in sorted(pending.items()):
+                    totals[slot] = int(conn.execute(self._upsert(slot, delta)).scalar_one())  # type: ignore[call-overload]
+                for slot in set(interesting) - set(totals):
+                    row = conn.execute(
+                        select(self._table.c.count).where(
+                            self._table.c.key == slot[0], self._table.c.window_start == slot[1]
+                        )
+                    ).first()
+                    totals[slot] = int(row[0]) if row else 0
+        with self._lock:
+            self._known = {s: n for s, n in {**self._known, **totals}.items() if s[1] + 3600 > now}
 
 
 class RateLimitMiddleware:
-    """Pure ASGI: checks ``rates`` (path suffix -> Rate) before the endpoint runs."""
+    """Pure ASGI: checks ``rates`` (path -> Rate) before the endpoint runs."""
 
     def __init__(
         self,
@@ -57,27 +104,36 @@ class RateLimitMiddleware:
         clock: Callable[[], float],
     ) -> None:
         self.app = app
-        self.engine = engine
         self.rates = {f"{base_path}{suffix}": rate for suffix, rate in rates.items() if rate.limit}
+        self.login = next((r for name, r in self.rates.items() if name.endswith("/login")), None)
         self.clock = clock
+        self.counters = SharedCounters(engine)
+        self._syncing = False
 
     def _rate(self, path: str) -> tuple[str, Rate] | None:
         if path in self.rates:
             return path, self.rates[path]
-        if path.endswith("/login"):  # /interaction/<id>/login and /account/login
-            for name, rate in self.rates.items():
-                if name.endswith("/login"):
-                    return name, rate
+        if self.login is not None and path.endswith("/login"):  # interaction and account
+            return "login", self.login
         return None
 
-    def _check(self, keys: list[str], rate: Rate) -> int:
-        now = int(self.clock())
-        wait = 0
-        for key in keys:
-            seen, start = count(self.engine, key, now, rate.window)
-            if seen > rate.limit:
-                wait = max(wait, start + rate.window - now)
-        return wait
+    def _keys(self, scope: Scope, name: str) -> list[str]:
+        client = scope.get("client")
+        keys = [f"rate:{name}:ip:{client[0] if client else 'unknown'}"]
+        authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        basic = basic_credentials(authorization) if authorization[:6].lower() == "basic " else None
+        if basic is not None:
+            keys.append(f"rate:{name}:client:{basic[0][:200]}")
+        return keys
+
+    async def _sync_if_due(self, now: float, slots: list[Slot]) -> None:
+        if self._syncing or not self.counters.due(now):
+            return
+        self._syncing = True
+        try:
+            await anyio.to_thread.run_sync(self.counters.sync, now, slots)
+        finally:
+            self._syncing = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self._rate(scope["path"]) if scope["type"] == "http" else None
@@ -85,15 +141,14 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         name, rate = found
-        client = scope.get("client")
-        keys = [f"rate:{name}:ip:{client[0] if client else 'unknown'}"]
-        authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        basic = basic_credentials(authorization) if authorization[:6].lower() == "basic " else None
-        if basic is not None:
-            keys.append(f"rate:{name}:client:{basic[0][:200]}")
-        wait = await anyio.to_thread.run_sync(self._check, keys, rate)
-        if wait:
-            response = error_response(TooManyRequests("Too many requests", retry_after=wait))
-            await response(scope, receive, send)
+        now = self.clock()
+        start = int(now) - int(now) % rate.window
+        slots = [(key, start) for key in self._keys(scope, name)]
+        await self._sync_if_due(now, slots)
+        if max(self.counters.hit(slot) for slot in slots) > rate.limit:
+            wait = max(1, start + rate.window - int(now))
+            await error_response(TooManyRequests("Too many requests", retry_after=wait))(
+                scope, receive, send
+            )
             return
         await self.app(scope, receive, send)

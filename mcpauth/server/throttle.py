@@ -5,12 +5,16 @@ each further failure while counting doubles the lock, up to an hour."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from sqlmodel import Session
 
+from mcpauth.server.cache import TTLCache
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Throttle
 
 MAX_LOCK_SECONDS = 3600
+LOCK_CACHE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,26 @@ def clear(session: Session, key: str) -> None:
     row = session.get(Throttle, key)
     if row is not None:
         session.delete(row)
+
+
+class Lockouts:
+    """Lock state per key from the database, cached a second: the common request (no
+    failures) reads nothing; a lock set by another replica is seen within a second."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cache: TTLCache[str, int] = TTLCache(LOCK_CACHE_SECONDS)
+
+    def _locked_until(self, key: str) -> int:
+        with self._db.read() as session:
+            row = session.get(Throttle, key)
+        return row.locked_until if row is not None else 0
+
+    def retry_after(self, keys: tuple[str, ...], now: int) -> int:
+        """Seconds until every key may try again (0: none is locked)."""
+        until = max(self._cache.get_or_load(key, partial(self._locked_until, key)) for key in keys)
+        return max(0, until - now)
+
+    def forget(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            self._cache.forget(key)

@@ -99,8 +99,7 @@ def _validate(
     if prompt is not None and prompt not in PROMPTS:
         raise InvalidRequest("prompt must be none, login or consent")
     requested_scopes = checks.parse_scope(params.get("scope"))
-    with ctx.db.read() as session:
-        resource = checks.resolve_resource(session, params.get("resource"))
+    resource = checks.resolve_resource(ctx.resources.current(), params.get("resource"))
     scopes, offline = checks.resolve_scopes(
         requested_scopes, resource, client, offline_enabled=ctx.settings.offline_access
     )

@@ -89,6 +89,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
         clients.apply_metadata(row, validated)
         row.registration_token_digest = digest(new)
         session.add(row)
+    ctx.clients.forget(client_id)
     return _information(ctx, row, new)
 
 
@@ -96,6 +97,7 @@ def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
     _load(ctx, client_id, token)
     with ctx.db.write() as session:
         grants.delete_client(session, client_id)
+    ctx.clients.forget(client_id)
 
 
 async def configure(request: Request) -> Response:

@@ -3,6 +3,8 @@ Responses are never cached (RFC 6749 §5.1)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
@@ -55,14 +57,20 @@ def _handle(
     return issuance
 
 
+def _respond(
+    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+) -> dict[str, Any]:
+    """The whole token request in one worker thread: database, signing and JSON body."""
+    return _handle(ctx, form, authorization, address).response(ctx)
+
+
 async def token(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        issuance = await anyio.to_thread.run_sync(
-            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
+        body = await anyio.to_thread.run_sync(
+            _respond, ctx, form, request.headers.get("authorization"), client_ip(request)
         )
-        body = await anyio.to_thread.run_sync(issuance.response, ctx)
     except OAuthError as error:
         return error_response(error)
     return json_response(body, headers=NO_STORE)

@@ -8,10 +8,8 @@ import hmac
 import re
 from collections.abc import Iterable
 
-from sqlmodel import Session
-
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
-from mcpauth.server.storage.accounts import default_resource, get_resource
+from mcpauth.server.resources import Resources
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.uris import URIError, canonical_resource
 
@@ -59,14 +57,14 @@ def check_code_verifier(verifier: str | None, challenge: str) -> None:
         raise InvalidGrant("code_verifier does not match the code_challenge")
 
 
-def resolve_resource(session: Session, requested: str | None) -> Resource:
+def resolve_resource(resources: Resources, requested: str | None) -> Resource:
     """The registered resource a request targets (RFC 8707 §2); the default one if omitted.
 
     Raises:
         InvalidTarget: not a valid URI, not registered, or omitted with no default.
     """
     if requested is None:
-        resource = default_resource(session)
+        resource = resources.default
         if resource is None:
             raise InvalidTarget("resource is required: this server has no default resource")
         return resource
@@ -74,7 +72,7 @@ def resolve_resource(session: Session, requested: str | None) -> Resource:
         canonical = canonical_resource(requested)
     except URIError as exc:
         raise InvalidTarget(f"resource: {exc}") from exc
-    resource = get_resource(session, canonical)
+    resource = resources.by_uri.get(canonical)
     if resource is None:
         raise InvalidTarget(f"resource {canonical} is not served by this authorization server")
     return resource

@@ -24,8 +24,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
     if client.token_endpoint_auth_method == "none":
         raise UnauthorizedClient("client_credentials needs a confidential client")
     requested = checks.parse_scope(form.get("scope"))
-    with ctx.db.read() as session:
-        resource = checks.resolve_resource(session, form.get("resource"))
+    resource = checks.resolve_resource(ctx.resources.current(), form.get("resource"))
     if requested is None:
         allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
         requested = [s for s in resource.default_scopes if s in allowed] or [

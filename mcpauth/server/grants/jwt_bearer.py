@@ -95,8 +95,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
     claims = _verify(ctx, assertion)
     resource_uri = _check_claims(ctx, claims, client, form)
     now = ctx.now()
-    with ctx.db.read() as session:
-        resource = checks.resolve_resource(session, resource_uri)
+    resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
     with ctx.db.write() as session:
