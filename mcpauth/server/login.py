@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,6 +16,7 @@ from mcpauth.server.observability import audit
 from mcpauth.server.passwords import verify_password
 from mcpauth.server.session import BrowserSession, csrf_valid
 from mcpauth.server.storage.accounts import user_by_name
+from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
 
 MAX_PASSWORD = 1024
@@ -97,7 +97,7 @@ async def attempt_login(
             error="Enter your username and password.", username=username[:200], status=400
         )
     keys = (f"login:account:{username.lower()}", f"login:ip:{client_ip(request)}")
-    locked = await anyio.to_thread.run_sync(_locked, ctx, keys)
+    locked = await run_blocking(_locked, ctx, keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
         page = error_page(
@@ -105,12 +105,12 @@ async def attempt_login(
         )
         page.headers["Retry-After"] = str(locked)
         return page
-    user_id, password_hash = await anyio.to_thread.run_sync(_password_hash, ctx, username)
+    user_id, password_hash = await run_blocking(_password_hash, ctx, username)
     if not await verify_password(password, password_hash) or user_id is None:
-        await anyio.to_thread.run_sync(_fail, ctx, keys)
+        await run_blocking(_fail, ctx, keys)
         audit("login.failure", username=username, address=client_ip(request))
         return LoginOutcome(error="Wrong username or password.", username=username, status=401)
-    await anyio.to_thread.run_sync(_succeed, ctx, keys[0])
+    await run_blocking(_succeed, ctx, keys[0])
     browser.sign_in(user_id, ctx.now())
     audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import anyio.to_thread
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+
+from mcpauth.server.threads import run_blocking
 
 _hasher = PasswordHasher()  # argon2id, RFC 9106 low-memory profile defaults
 # Verified against when the user does not exist, so both paths cost the same.
@@ -24,4 +25,4 @@ def verify_password_sync(password: str, password_hash: str | None) -> bool:
 
 async def verify_password(password: str, password_hash: str | None) -> bool:
     """True if ``password`` matches; a missing user costs one verification all the same."""
-    return await anyio.to_thread.run_sync(verify_password_sync, password, password_hash)
+    return await run_blocking(verify_password_sync, password, password_hash)

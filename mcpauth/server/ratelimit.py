@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import anyio.to_thread
 from sqlalchemy import Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -22,6 +21,7 @@ from mcpauth.errors import TooManyRequests
 from mcpauth.server._authlib import basic_credentials
 from mcpauth.server.http import error_response
 from mcpauth.server.storage.models import RateCounter
+from mcpauth.server.threads import run_blocking
 
 SYNC_SECONDS = 1.0
 MAX_PENDING_KEYS = 50_000
@@ -131,7 +131,7 @@ class RateLimitMiddleware:
             return
         self._syncing = True
         try:
-            await anyio.to_thread.run_sync(self.counters.sync, now, slots)
+            await run_blocking(self.counters.sync, now, slots)
         finally:
             self._syncing = False
 

@@ -80,7 +80,7 @@ async def test_no_valid_token_is_rejected_during_a_rotation(
         assert await accepted(new)  # a kid the middleware had not seen: one JWKS refetch
         assert await accepted(old)
         assert await accepted(during)
-        frozen.tick(600)  # the old key's last token expired; it leaves the JWKS
+        frozen.tick(660)  # past the old key's last token (signed by t+120, 600 s, +60 s leeway)
         kids = {key["kid"] for key in (await to_server.get("/jwks.json")).json()["keys"]}
         assert kids == {rotated["kid"]}
         assert await accepted(await token())

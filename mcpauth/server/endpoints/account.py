@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,6 +23,7 @@ from mcpauth.server.session import (
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.accounts import get_client
 from mcpauth.server.storage.models import Grant, User
+from mcpauth.server.threads import run_blocking
 
 LOGIN_PURPOSE = "login:account"
 ACCOUNT_PURPOSE = "account"
@@ -77,7 +77,7 @@ async def page(request: Request) -> Response:
     browser = load_session(ctx, request)
     view = None
     if browser.user_id is not None:
-        view = await anyio.to_thread.run_sync(_grants_view, ctx, browser.user_id)
+        view = await run_blocking(_grants_view, ctx, browser.user_id)
     if view is None:
         response = _login_page(ctx, browser)
     else:
@@ -129,9 +129,7 @@ async def revoke(request: Request) -> Response:
     browser = load_session(ctx, request)
     if not await _checked_form(ctx, request, browser):
         return error_page("invalid_request", "The form has expired. Reload the page.", 403)
-    found = await anyio.to_thread.run_sync(
-        _revoke, ctx, browser.user_id or "", request.path_params["grant_id"]
-    )
+    found = await run_blocking(_revoke, ctx, browser.user_id or "", request.path_params["grant_id"])
     if not found:
         return error_page("invalid_request", "No such connected application.", 404)
     return see_other(ctx.endpoint_url("account"))

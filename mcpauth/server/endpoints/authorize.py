@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from urllib.parse import parse_qsl
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -28,6 +27,7 @@ from mcpauth.server.redirects import redirect_uri_matches
 from mcpauth.server.secrets import new_id
 from mcpauth.server.session import load_session, save_session
 from mcpauth.server.storage.models import Client, Interaction
+from mcpauth.server.threads import run_blocking
 
 PROMPTS = frozenset({"none", "login", "consent"})
 
@@ -148,6 +148,6 @@ async def authorize(request: Request) -> Response:
     except Unredirectable as exc:
         return error_page(exc.error, exc.description)
     browser = load_session(ctx, request)
-    response = await anyio.to_thread.run_sync(_start, ctx, pairs, browser.sid)
+    response = await run_blocking(_start, ctx, pairs, browser.sid)
     save_session(ctx, browser, response)
     return response

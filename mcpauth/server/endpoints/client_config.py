@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -19,6 +18,7 @@ from mcpauth.server.secrets import digest, matches, new_token
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.accounts import all_scopes
 from mcpauth.server.storage.models import Client
+from mcpauth.server.threads import run_blocking
 
 UNAUTHORIZED = InvalidToken(
     "The registration access token is missing or invalid",
@@ -106,12 +106,12 @@ async def configure(request: Request) -> Response:
     try:
         token = _bearer(request)
         if request.method == "GET":
-            body = await anyio.to_thread.run_sync(_read, ctx, client_id, token)
+            body = await run_blocking(_read, ctx, client_id, token)
         elif request.method == "PUT":
             raw = await json_body(request, ctx.settings.max_body_bytes, InvalidClientMetadata)
-            body = await anyio.to_thread.run_sync(_update, ctx, client_id, token, raw)
+            body = await run_blocking(_update, ctx, client_id, token, raw)
         else:
-            await anyio.to_thread.run_sync(_delete, ctx, client_id, token)
+            await run_blocking(_delete, ctx, client_id, token)
             return Response(status_code=204, headers=NO_STORE)
     except OAuthError as error:
         return error_response(error)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -33,6 +32,7 @@ from mcpauth.server.session import (
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.accounts import get_client, get_resource
 from mcpauth.server.storage.models import Client, Interaction, User
+from mcpauth.server.threads import run_blocking
 
 
 class LoginRequired(OAuthError):
@@ -159,9 +159,7 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
 async def show(request: Request) -> Response:
     ctx = get_context(request)
     browser = load_session(ctx, request)
-    response = await anyio.to_thread.run_sync(
-        _proceed, ctx, browser, request.path_params["interaction_id"]
-    )
+    response = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
     save_session(ctx, browser, response)
     return response
 
@@ -170,7 +168,7 @@ async def login(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
     browser = load_session(ctx, request)
-    loaded = await anyio.to_thread.run_sync(_load, ctx, interaction_id)
+    loaded = await run_blocking(_load, ctx, interaction_id)
     if loaded is None:
         return _expired()
     interaction, client = loaded
@@ -189,7 +187,7 @@ async def login(request: Request) -> Response:
             ctx, browser, interaction_id, client, outcome.error, outcome.username, outcome.status
         )
     # the session id rotated on sign-in: the request moves with it
-    await anyio.to_thread.run_sync(_rebind, ctx, interaction_id, browser.sid)
+    await run_blocking(_rebind, ctx, interaction_id, browser.sid)
     response = see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
     save_session(ctx, browser, response)
     return response
@@ -254,4 +252,4 @@ async def consent(request: Request) -> Response:
         )
     if action not in ("approve", "deny"):
         return error_page("invalid_request", "Choose approve or deny.", 400)
-    return await anyio.to_thread.run_sync(_decide, ctx, browser, interaction_id, action)
+    return await run_blocking(_decide, ctx, browser, interaction_id, action)

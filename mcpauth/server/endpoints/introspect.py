@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,6 +16,7 @@ from mcpauth.server.http import NO_STORE, error_response, form_params, json_resp
 from mcpauth.server.login import client_ip
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage.models import Grant, RefreshToken, RevokedAccessToken
+from mcpauth.server.threads import run_blocking
 
 INACTIVE: dict[str, Any] = {"active": False}
 
@@ -92,7 +92,7 @@ async def introspect(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        body = await anyio.to_thread.run_sync(
+        body = await run_blocking(
             _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
         )
     except OAuthError as error:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,6 +18,7 @@ from mcpauth.server.grants.jwt_bearer import GRANT as JWT_BEARER
 from mcpauth.server.http import json_response
 from mcpauth.server.storage import migrate
 from mcpauth.server.storage.accounts import all_scopes
+from mcpauth.server.threads import run_blocking
 
 GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
 
@@ -60,13 +60,13 @@ def _load_scopes(ctx: ServerContext) -> list[str]:
 
 async def metadata(request: Request) -> Response:
     ctx = get_context(request)
-    scopes = await anyio.to_thread.run_sync(_load_scopes, ctx)
+    scopes = await run_blocking(_load_scopes, ctx)
     return json_response(build_metadata(ctx, scopes), headers={"Cache-Control": "max-age=300"})
 
 
 async def jwks(request: Request) -> Response:
     ctx = get_context(request)
-    document = await anyio.to_thread.run_sync(ctx.keys.jwks)
+    document = await run_blocking(ctx.keys.jwks)
     return json_response(document, headers={"Cache-Control": "max-age=300"})
 
 
@@ -87,7 +87,7 @@ def _readiness(ctx: ServerContext) -> str | None:
 
 async def ready(request: Request) -> Response:
     """Readiness: the database answers, its schema is current, a signing key is loaded."""
-    problem = await anyio.to_thread.run_sync(_readiness, get_context(request))
+    problem = await run_blocking(_readiness, get_context(request))
     if problem is not None:
         return json_response(
             {"status": "unavailable", "reason": problem}, 503, headers={"Cache-Control": "no-store"}

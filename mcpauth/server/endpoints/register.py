@@ -3,7 +3,6 @@ most clients use)."""
 
 from __future__ import annotations
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -15,6 +14,7 @@ from mcpauth.server.observability import audit
 from mcpauth.server.registration import ValidatedClient, validate_client_metadata
 from mcpauth.server.secrets import digest, matches
 from mcpauth.server.storage.accounts import all_scopes
+from mcpauth.server.threads import run_blocking
 
 
 def _check_initial_access_token(ctx: ServerContext, request: Request) -> None:
@@ -51,5 +51,5 @@ async def register(request: Request) -> Response:
     if ctx.settings.registration_policy == "token":
         _check_initial_access_token(ctx, request)
     raw = await json_body(request, ctx.settings.max_body_bytes, InvalidClientMetadata)
-    info = await anyio.to_thread.run_sync(_register, ctx, raw)
+    info = await run_blocking(_register, ctx, raw)
     return json_response(info, 201, headers=NO_STORE)

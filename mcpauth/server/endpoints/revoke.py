@@ -4,7 +4,6 @@ unknown or belong to another client are answered 200 all the same (RFC 7009 §2.
 
 from __future__ import annotations
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,6 +17,7 @@ from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import Client, RefreshToken, RevokedAccessToken
+from mcpauth.server.threads import run_blocking
 
 
 def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> bool:
@@ -63,7 +63,7 @@ async def revoke(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        await anyio.to_thread.run_sync(
+        await run_blocking(
             _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
         )
     except OAuthError as error:

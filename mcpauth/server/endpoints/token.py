@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -21,6 +20,7 @@ from mcpauth.server.grants import authorization_code, client_credentials, jwt_be
 from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.login import client_ip
 from mcpauth.server.observability import audit
+from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import Issuance
 
 GRANTS = {
@@ -68,7 +68,7 @@ async def token(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        body = await anyio.to_thread.run_sync(
+        body = await run_blocking(
             _respond, ctx, form, request.headers.get("authorization"), client_ip(request)
         )
     except OAuthError as error:
