@@ -6,11 +6,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import Session
+from sqlalchemy import Connection, Row
 
 from mcpauth.server.context import ServerContext
 from mcpauth.server.secrets import digest, new_token
-from mcpauth.server.storage.models import Grant, RefreshToken
+from mcpauth.server.storage import grants
 
 
 @dataclass
@@ -62,23 +62,21 @@ def access_token_claims(
 
 
 def add_refresh_token(
-    ctx: ServerContext, session: Session, grant: Grant, *, scope: str, now: int
+    ctx: ServerContext, conn: Connection, grant: Row[Any], *, scope: str, now: int
 ) -> str:
     """A new refresh token in ``grant``'s family; it expires when idle too long or when the
     family reaches its absolute lifetime, whichever is first."""
     token = new_token()
     family_end = grant.created_at + ctx.settings.refresh_token_ttl
-    session.add(
-        RefreshToken(
-            digest=digest(token),
-            grant_id=grant.id,
-            client_id=grant.client_id,
-            scope=scope,
-            resource=grant.resource,
-            created_at=now,
-            expires_at=min(now + ctx.settings.refresh_token_idle_ttl, family_end),
-        )
-    )
-    grant.last_used_at = now
-    session.add(grant)
+    values = {
+        "digest": digest(token),
+        "grant_id": grant.id,
+        "client_id": grant.client_id,
+        "scope": scope,
+        "resource": grant.resource,
+        "created_at": now,
+        "expires_at": min(now + ctx.settings.refresh_token_idle_ttl, family_end),
+        "rotated_at": None,
+    }
+    grants.add_refresh_token(conn, values, now)
     return token

@@ -119,7 +119,7 @@ def _revoke(ctx: ServerContext, user_id: str, grant_id: str) -> bool:
         grant = session.get(Grant, grant_id)
         if grant is None or grant.user_id != user_id:
             return False
-        grants.revoke_grant(session, grant_id, ctx.now())
+        grants.revoke_grant(session.connection(), grant_id, ctx.now())
         grants.forget_consent(session, user_id, grant.client_id, grant.resource)
     return True
 

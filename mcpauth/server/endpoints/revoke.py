@@ -26,7 +26,7 @@ def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> boo
         if row is None:
             return False
         if row.client_id == client.client_id:
-            grants.revoke_grant(session, row.grant_id, ctx.now())
+            grants.revoke_grant(session.connection(), row.grant_id, ctx.now())
     return True
 
 

@@ -4,7 +4,9 @@ row 1); the code is bound to client, redirect URI, PKCE challenge and resource."
 
 from __future__ import annotations
 
-from sqlmodel import Session
+from typing import Any
+
+from sqlalchemy import Connection, Row
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.server.context import ServerContext
@@ -12,12 +14,12 @@ from mcpauth.server.grants import checks
 from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
-from mcpauth.server.storage.models import AuthorizationCode, Client, Grant
+from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens import Issuance, access_token_claims, add_refresh_token
 from mcpauth.uris import URIError, canonical_resource
 
 
-def _check_binding(code: AuthorizationCode, client: Client, form: dict[str, str]) -> None:
+def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None:
     if code.client_id != client.client_id:
         raise InvalidGrant("The code was issued to another client")
     redirect_uri = form.get("redirect_uri")
@@ -36,16 +38,16 @@ def _check_binding(code: AuthorizationCode, client: Client, form: dict[str, str]
 
 
 def _redeem(
-    ctx: ServerContext, session: Session, client: Client, form: dict[str, str], now: int
+    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
 ) -> Issuance | OAuthError:
     code_value = form.get("code")
     if not code_value:
         return InvalidRequest("code is required")
-    code = session.get(AuthorizationCode, digest(code_value))
+    code = grants.code_by_digest(conn, digest(code_value))
     if code is None or code.client_id != client.client_id:
         return InvalidGrant("The authorization code is invalid")
-    if code.redeemed_at is not None or not grants.redeem_code(session, code.digest, now):
-        grants.revoke_grant(session, code.grant_id, now)  # replay: the whole grant dies
+    if code.redeemed_at is not None or not grants.redeem_code(conn, code.digest, now):
+        grants.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
         audit(
             "replay.detected",
             kind="authorization_code",
@@ -59,7 +61,7 @@ def _redeem(
         _check_binding(code, client, form)
     except OAuthError as error:
         return error
-    grant = session.get(Grant, code.grant_id)
+    grant = grants.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
     scopes = code.scope.split()
@@ -76,7 +78,7 @@ def _redeem(
         scopes,
     )
     if "refresh_token" in client.grant_types or code.offline:
-        issuance.refresh_token = add_refresh_token(ctx, session, grant, scope=code.scope, now=now)
+        issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=code.scope, now=now)
     return issuance
 
 
@@ -89,8 +91,8 @@ def exchange(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuan
     now = ctx.now()
     # The code is consumed (and a replay's revocation committed) even when a binding check
     # fails afterwards: a code presented wrongly once is never good again.
-    with ctx.db.write() as session:
-        outcome = _redeem(ctx, session, client, form, now)
+    with ctx.db.transaction() as conn:
+        outcome = _redeem(ctx, conn, client, form, now)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome

@@ -4,7 +4,9 @@ scopes may narrow, never widen; the resource stays the grant's."""
 
 from __future__ import annotations
 
-from sqlmodel import Session
+from typing import Any
+
+from sqlalchemy import Connection, Row
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.server.context import ServerContext
@@ -12,12 +14,12 @@ from mcpauth.server.grants import checks
 from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
-from mcpauth.server.storage.models import Client, Grant, RefreshToken
+from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens import Issuance, access_token_claims, add_refresh_token
 from mcpauth.uris import URIError, canonical_resource
 
 
-def _requested(form: dict[str, str], token: RefreshToken) -> list[str]:
+def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
     scopes = checks.narrower_scopes(checks.parse_scope(form.get("scope")), token.scope.split())
     if "resource" in form:
         try:
@@ -30,19 +32,19 @@ def _requested(form: dict[str, str], token: RefreshToken) -> list[str]:
 
 
 def _rotate(
-    ctx: ServerContext, session: Session, client: Client, form: dict[str, str], now: int
+    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
 ) -> Issuance | OAuthError:
     value = form.get("refresh_token")
     if not value:
         return InvalidRequest("refresh_token is required")
-    token = session.get(RefreshToken, digest(value))
+    token = grants.refresh_token_by_digest(conn, digest(value))
     if token is None or token.client_id != client.client_id:
         return InvalidGrant("The refresh token is invalid")
-    grant = session.get(Grant, token.grant_id)
+    grant = grants.grant_by_id(conn, token.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    if token.rotated_at is not None or not grants.rotate_refresh_token(session, token.digest, now):
-        grants.revoke_grant(session, grant.id, now)  # reuse: the family dies
+    if token.rotated_at is not None or not grants.rotate_refresh_token(conn, token.digest, now):
+        grants.revoke_grant(conn, grant.id, now)  # reuse: the family dies
         audit(
             "replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant.id
         )
@@ -66,7 +68,7 @@ def _rotate(
         scopes,
     )
     # RFC 6749 §6: the new refresh token keeps the original scope
-    issuance.refresh_token = add_refresh_token(ctx, session, grant, scope=token.scope, now=now)
+    issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=token.scope, now=now)
     return issuance
 
 
@@ -77,8 +79,8 @@ def refresh(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuanc
         OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
     """
     now = ctx.now()
-    with ctx.db.write() as session:
-        outcome = _rotate(ctx, session, client, form, now)
+    with ctx.db.transaction() as conn:
+        outcome = _rotate(ctx, conn, client, form, now)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome

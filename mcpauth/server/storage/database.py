@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
@@ -77,6 +77,14 @@ class Database:
             with conn.begin(), Session(bind=conn, expire_on_commit=False) as session:
                 yield session
                 session.flush()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Like :meth:`write` for SQL Core statements: no ORM unit of work on hot paths."""
+        with self._write_lock or nullcontext(), self.engine.connect() as conn:
+            conn = conn.execution_options(mcpauth_write=True)
+            with conn.begin():
+                yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()

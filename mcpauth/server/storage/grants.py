@@ -4,7 +4,10 @@ won, so racing requests (threads or replicas) cannot both redeem one code or ref
 
 from __future__ import annotations
 
-from sqlalchemy import CursorResult, delete, update
+from typing import Any
+
+from sqlalchemy import Connection, CursorResult, Row, Table, delete, insert, update
+from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
 from mcpauth.server.storage.models import (
@@ -21,40 +24,64 @@ def _rowcount(result: object) -> int:
     return result.rowcount if isinstance(result, CursorResult) else 0
 
 
-def redeem_code(session: Session, digest: str, now: int) -> bool:
+def _table(model: Any) -> Table:
+    table: Table = model.__table__
+    return table
+
+
+CODES, GRANTS, REFRESH_TOKENS = _table(AuthorizationCode), _table(Grant), _table(RefreshToken)
+
+
+def code_by_digest(conn: Connection, digest: str) -> Row[Any] | None:
+    return conn.execute(core_select(CODES).where(CODES.c.digest == digest)).first()
+
+
+def refresh_token_by_digest(conn: Connection, digest: str) -> Row[Any] | None:
+    return conn.execute(
+        core_select(REFRESH_TOKENS).where(REFRESH_TOKENS.c.digest == digest)
+    ).first()
+
+
+def grant_by_id(conn: Connection, grant_id: str) -> Row[Any] | None:
+    return conn.execute(core_select(GRANTS).where(GRANTS.c.id == grant_id)).first()
+
+
+def redeem_code(conn: Connection, digest: str, now: int) -> bool:
     """Mark the code redeemed; True only for the one caller that did."""
-    result = session.exec(
-        update(AuthorizationCode)
-        .where(col(AuthorizationCode.digest) == digest)
-        .where(col(AuthorizationCode.redeemed_at).is_(None))
+    result = conn.execute(
+        update(CODES)
+        .where(CODES.c.digest == digest, CODES.c.redeemed_at.is_(None))
         .values(redeemed_at=now)
     )
     return _rowcount(result) == 1
 
 
-def rotate_refresh_token(session: Session, digest: str, now: int) -> bool:
+def rotate_refresh_token(conn: Connection, digest: str, now: int) -> bool:
     """Mark the refresh token used; True only for the one caller that did."""
-    result = session.exec(
-        update(RefreshToken)
-        .where(col(RefreshToken.digest) == digest)
-        .where(col(RefreshToken.rotated_at).is_(None))
+    result = conn.execute(
+        update(REFRESH_TOKENS)
+        .where(REFRESH_TOKENS.c.digest == digest, REFRESH_TOKENS.c.rotated_at.is_(None))
         .values(rotated_at=now)
     )
     return _rowcount(result) == 1
 
 
-def revoke_grant(session: Session, grant_id: str, now: int) -> None:
+def add_refresh_token(conn: Connection, values: dict[str, Any], now: int) -> None:
+    """Store a refresh token and mark its grant used."""
+    conn.execute(insert(REFRESH_TOKENS).values(**values))
+    conn.execute(update(GRANTS).where(GRANTS.c.id == values["grant_id"]).values(last_used_at=now))
+
+
+def revoke_grant(conn: Connection, grant_id: str, now: int) -> None:
     """Revoke a grant and every refresh token of its family (replay, user revocation)."""
-    session.exec(
-        update(Grant)
-        .where(col(Grant.id) == grant_id)
-        .where(col(Grant.revoked_at).is_(None))
+    conn.execute(
+        update(GRANTS)
+        .where(GRANTS.c.id == grant_id, GRANTS.c.revoked_at.is_(None))
         .values(revoked_at=now)
     )
-    session.exec(
-        update(RefreshToken)
-        .where(col(RefreshToken.grant_id) == grant_id)
-        .where(col(RefreshToken.rotated_at).is_(None))
+    conn.execute(
+        update(REFRESH_TOKENS)
+        .where(REFRESH_TOKENS.c.grant_id == grant_id, REFRESH_TOKENS.c.rotated_at.is_(None))
         .values(rotated_at=now)
     )
 
