@@ -41,7 +41,9 @@ conformance: $(STAMP)
 	bash scripts/conformance-authorization.sh
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/token/run.py
+	$(BIN)/python bench/client_credentials/run.py
+	$(BIN)/python bench/middleware/run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .coverage .coverage.*
