@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from mcpauth.server import Settings, create_app
 
 # PostgreSQL fixtures for the whole test session (see tests/pg.py)
-from .pg import database_url_for, empty_postgres_url, postgres_server, postgres_url  # noqa: F401
+from .pg import database_url_for, empty_postgres_url, postgres_pool, postgres_server, postgres_url  # noqa: F401
 
 ISSUER = "http://127.0.0.1:9000"
 TEST_SECRET = "test-secret-key-0123456789abcdef"
