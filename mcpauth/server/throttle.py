@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
+from sqlalchemy import Table, case, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
 from mcpauth.server.cache import TTLCache
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Throttle
 
+_TABLE: Table = Throttle.__table__  # type: ignore[attr-defined]
 MAX_LOCK_SECONDS = 3600
 LOCK_CACHE_SECONDS = 1.0
 
@@ -32,20 +35,37 @@ def retry_after(session: Session, key: str, now: int) -> int:
     return row.locked_until - now
 
 
+def _upsert_failure(session: Session, key: str, now: int, window: int) -> int:
+    """Count one failure in one statement (concurrent replicas never lose a count nor
+    collide on the first insert); the count inside the current window."""
+    table = _TABLE
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    expired = table.c.window_start + window <= now
+    statement = (
+        insert(table)
+        .values(key=key, failures=1, window_start=now, locked_until=0)
+        .on_conflict_do_update(
+            index_elements=[table.c.key],
+            set_={
+                "failures": case((expired, 1), else_=table.c.failures + 1),
+                "window_start": case((expired, now), else_=table.c.window_start),
+            },
+        )
+        .returning(table.c.failures)
+    )
+    return int(session.connection().execute(statement).scalar_one())
+
+
 def record_failure(session: Session, key: str, now: int, limit: Limit) -> int:
     """Count a failure; returns the lock in seconds it caused (0 if none)."""
-    row = session.get(Throttle, key)
-    if row is None or now - row.window_start >= limit.window:
-        row = row or Throttle(key=key, window_start=now)
-        row.window_start = now
-        row.failures = 0
-    row.failures += 1
-    lock = 0
-    if row.failures >= limit.failures:
-        excess = row.failures - limit.failures
-        lock = min(limit.lockout * (2 ** min(excess, 12)), MAX_LOCK_SECONDS)
-        row.locked_until = now + lock
-    session.add(row)
+    failures = _upsert_failure(session, key, now, limit.window)
+    if failures < limit.failures:
+        return 0
+    excess = failures - limit.failures
+    lock = int(min(limit.lockout * (1 << min(excess, 12)), MAX_LOCK_SECONDS))
+    session.connection().execute(
+        update(_TABLE).where(_TABLE.c.key == key).values(locked_until=now + lock)
+    )
     return lock
 
 

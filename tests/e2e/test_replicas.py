@@ -349,12 +349,6 @@ async def _failed_logins(
     return Counter(r.status_code for r in responses)
 
 
-@pytest.mark.xfail(
-    reason="server bug: throttle.record_failure reads the counter row and writes it back "
-    "without a row lock or an atomic upsert; on PostgreSQL concurrent failures across "
-    "replicas lose counts (or collide on the first INSERT: 500)",
-    strict=False,
-)
 def test_concurrent_failed_logins_across_replicas_are_all_counted(
     replicas: Replicas, client_id: str
 ) -> None:
