@@ -26,7 +26,14 @@ def _names(node: ast.AST) -> list[str]:
 
 
 def _is_sql_column(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "col"
+    """``col(Model.x)`` or ``table.c.x``: a SQL expression, compared by the database."""
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "col"
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "c"
+    )
 
 
 def _secretish(node: ast.AST) -> bool:
