@@ -36,6 +36,12 @@ class TTLCache(Generic[K, V]):
                 self._entries.popitem(last=False)
         return value
 
+    def holds(self, key: K) -> bool:
+        """True if ``key`` has a fresh entry (a lookup would not load)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and entry[0] > time.monotonic()
+
     def forget(self, key: K) -> None:
         with self._lock:
             self._entries.pop(key, None)

@@ -75,6 +75,18 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
     return PresentedCredentials(body_id, None, "none")
 
 
+def answerable_from_memory(
+    ctx: ServerContext, credentials: PresentedCredentials, address: str
+) -> bool:
+    """True if authenticating these credentials reads nothing from the database or network
+    (a secret-authenticated client whose row and lockout state are cached)."""
+    return (
+        credentials.method in SECRET_METHODS
+        and ctx.clients.is_cached(credentials.client_id)
+        and ctx.lockouts.are_cached(_keys(credentials, address))
+    )
+
+
 def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
     return (f"client:{credentials.client_id}", f"client-ip:{address}")
 

@@ -63,6 +63,10 @@ class ClientDirectory:
             session.merge(client)
         return client
 
+    def is_cached(self, client_id: str) -> bool:
+        """True if :meth:`find` would answer from memory."""
+        return not is_cimd_client_id(client_id) and self._clients.holds(client_id)
+
     def forget(self, client_id: str) -> None:
         """Drop a cached client (after this process changed or deleted it)."""
         self._clients.forget(client_id)

@@ -131,6 +131,11 @@ class KeyManager:
                 if now - self._loaded_at >= RELOAD_SECONDS or now < self._loaded_at:
                     self._reload(now)
 
+    def is_fresh(self) -> bool:
+        """True if :meth:`signer` would answer without reading the database."""
+        now = self._clock()
+        return self._signer is not None and 0 <= now - self._loaded_at < RELOAD_SECONDS
+
     def signer(self) -> Signer:
         self._fresh()
         if self._signer is None:

@@ -32,5 +32,8 @@ class ResourceCatalog:
     def current(self) -> Resources:
         return self._cache.get_or_load("all", self._load)
 
+    def is_cached(self) -> bool:
+        return self._cache.holds("all")
+
     def refresh(self) -> None:
         self._cache.clear()

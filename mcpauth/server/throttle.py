@@ -93,6 +93,9 @@ class Lockouts:
         until = max(self._cache.get_or_load(key, partial(self._locked_until, key)) for key in keys)
         return max(0, until - now)
 
+    def are_cached(self, keys: tuple[str, ...]) -> bool:
+        return all(self._cache.holds(key) for key in keys)
+
     def forget(self, keys: tuple[str, ...]) -> None:
         for key in keys:
             self._cache.forget(key)

@@ -220,3 +220,35 @@ async def test_asx1_metadata_advertises_private_key_jwt_and_its_algorithms(
     assert "client_secret_basic" in meta["token_endpoint_auth_methods_supported"]
     assert "ES256" in meta["token_endpoint_auth_signing_alg_values_supported"]
     assert "client_credentials" in meta["grant_types_supported"]
+
+
+async def test_a_cached_client_credentials_request_is_answered_without_a_worker_thread(
+    http: httpx.AsyncClient, secret_client: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpauth.server.endpoints import token as token_endpoint
+
+    hops: list[str] = []
+    real = token_endpoint.run_blocking
+
+    async def counting(func: Any, *args: Any) -> Any:
+        hops.append(func.__name__)
+        return await real(func, *args)
+
+    monkeypatch.setattr(token_endpoint, "run_blocking", counting)
+    headers = basic(secret_client["client_id"], secret_client["client_secret"])
+    first = await http.post("/token", data=cc_form(), headers=headers)
+    second = await http.post("/token", data=cc_form(), headers=headers)
+    assert first.status_code == second.status_code == 200
+    assert hops == [
+        "_respond"
+    ]  # the first loads client, lockouts and resources; the second is cached
+
+
+async def test_a_removed_client_is_refused_at_once_in_this_process(
+    http: httpx.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
+) -> None:
+    headers = basic(secret_client["client_id"], secret_client["client_secret"])
+    assert (await http.post("/token", data=cc_form(), headers=headers)).status_code == 200
+    admin.remove_client(seeded.state.mcpauth, secret_client["client_id"])
+    response = await http.post("/token", data=cc_form(), headers=headers)
+    assert response.status_code == 401
