@@ -75,16 +75,15 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if _VALID_ID.match(incoming) else secrets.token_hex(8)
+        incoming = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+        text = incoming.decode("latin-1")
+        request_id = text if incoming and _VALID_ID.match(text) else secrets.token_hex(8)
+        header = (b"x-request-id", request_id.encode())
         token = request_id_var.set(request_id)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"x-request-id", request_id.encode()),
-                ]
+                message["headers"] = [*message.get("headers", ()), header]
             await send(message)
 
         try:

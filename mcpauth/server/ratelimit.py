@@ -120,7 +120,8 @@ class RateLimitMiddleware:
     def _keys(self, scope: Scope, name: str) -> list[str]:
         client = scope.get("client")
         keys = [f"rate:{name}:ip:{client[0] if client else 'unknown'}"]
-        authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        raw = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        authorization = raw.decode("latin-1")
         basic = basic_credentials(authorization) if authorization[:6].lower() == "basic " else None
         if basic is not None:
             keys.append(f"rate:{name}:client:{basic[0][:200]}")
