@@ -61,6 +61,20 @@ def access_token_claims(
     return claims
 
 
+def for_grant(ctx: ServerContext, grant: Row[Any], scopes: list[str], now: int) -> Issuance:
+    """An access token for a user's grant (its user, client and resource)."""
+    claims = access_token_claims(
+        ctx,
+        subject=grant.user_id,
+        client_id=grant.client_id,
+        resource=grant.resource,
+        scopes=scopes,
+        now=now,
+        grant_id=grant.id,
+    )
+    return Issuance(claims, scopes)
+
+
 def add_refresh_token(
     ctx: ServerContext, conn: Connection, grant: Row[Any], *, scope: str, now: int
 ) -> str:

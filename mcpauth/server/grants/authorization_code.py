@@ -15,7 +15,7 @@ from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens import Issuance, access_token_claims, add_refresh_token
+from mcpauth.server.tokens import Issuance, add_refresh_token, for_grant
 from mcpauth.uris import URIError, canonical_resource
 
 
@@ -64,19 +64,7 @@ def _redeem(
     grant = grants.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    scopes = code.scope.split()
-    issuance = Issuance(
-        access_token_claims(
-            ctx,
-            subject=code.user_id,
-            client_id=client.client_id,
-            resource=code.resource,
-            scopes=scopes,
-            now=now,
-            grant_id=grant.id,
-        ),
-        scopes,
-    )
+    issuance = for_grant(ctx, grant, code.scope.split(), now)
     if "refresh_token" in client.grant_types or code.offline:
         issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=code.scope, now=now)
     return issuance

@@ -15,7 +15,7 @@ from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens import Issuance, access_token_claims, add_refresh_token
+from mcpauth.server.tokens import Issuance, add_refresh_token, for_grant
 from mcpauth.uris import URIError, canonical_resource
 
 
@@ -55,18 +55,7 @@ def _rotate(
         scopes = _requested(form, token)
     except OAuthError as error:
         return error
-    issuance = Issuance(
-        access_token_claims(
-            ctx,
-            subject=grant.user_id,
-            client_id=client.client_id,
-            resource=grant.resource,
-            scopes=scopes,
-            now=now,
-            grant_id=grant.id,
-        ),
-        scopes,
-    )
+    issuance = for_grant(ctx, grant, scopes, now)
     # RFC 6749 §6: the new refresh token keeps the original scope
     issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=token.scope, now=now)
     return issuance
