@@ -3,7 +3,7 @@ SQLite file, and an httpx client bound to it over ASGI."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +56,27 @@ async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
     async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
         yield client
+
+
+@pytest.fixture(autouse=True)
+def _dispose_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every engine a test's apps opened: on PostgreSQL, idle pooled connections of
+    hundreds of finished tests would otherwise pile up until the server refuses more."""
+    from mcpauth.server.storage import database
+
+    created: list[Any] = []
+    real = database.make_engine
+
+    def tracking(*args: Any, **kwargs: Any) -> Any:
+        engine = real(*args, **kwargs)
+        created.append(engine)
+        return engine
+
+    for target in (database, "mcpauth.server.app", "mcpauth.server.admin"):
+        if isinstance(target, str):
+            monkeypatch.setattr(f"{target}.make_engine", tracking)
+        else:
+            monkeypatch.setattr(target, "make_engine", tracking)
+    yield
+    for engine in created:
+        engine.dispose()
