@@ -100,7 +100,7 @@ def _routes(settings: Settings) -> list[BaseRoute]:
     ]
     routes += [
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
-        Route(f"{base}/token", cors(oauth_errors(token.token)), methods=["POST", "OPTIONS"]),
+        Route(f"{base}/token", cors(token.token), methods=["POST", "OPTIONS"]),
         Route(f"{base}/revoke", cors(revoke.revoke), methods=["POST", "OPTIONS"]),
         Route(f"{base}/introspect", introspect.introspect, methods=["POST"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),

@@ -19,7 +19,6 @@ from mcpauth.server.resources import ResourceCatalog
 from mcpauth.server.secrets import derive_key, resolve_server_secret
 from mcpauth.server.storage.database import Database
 from mcpauth.server.throttle import Lockouts
-from mcpauth.uris import path_of
 
 
 def wall_clock() -> float:
@@ -34,30 +33,17 @@ class ServerContext:
     keys: KeyManager
     clock: Callable[[], float]
     cookie_secret: bytes
-    idps: IdentityProviders = field(default_factory=lambda: IdentityProviders({}))
-    directory: ClientDirectory | None = None
+    idps: IdentityProviders
+    clients: ClientDirectory
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.directory is None:
-            self.directory = ClientDirectory(self.settings)
         self.resources = ResourceCatalog(self.db)
         self.lockouts = Lockouts(self.db)
 
-    @property
-    def clients(self) -> ClientDirectory:
-        if self.directory is None:  # set in __post_init__
-            raise RuntimeError("no client directory")
-        return self.directory
-
     def now(self) -> int:
         return int(self.clock())
-
-    @property
-    def base_path(self) -> str:
-        """The issuer's path: every endpoint lives below it."""
-        return path_of(self.settings.issuer)
 
     def endpoint_url(self, name: str) -> str:
         return f"{self.settings.issuer.rstrip('/')}/{name}"
@@ -96,5 +82,5 @@ def build_context(
         clock=clock,
         cookie_secret=derive_key(secret, "mcpauth cookies"),
         idps=IdentityProviders(settings.trusted_idps),
-        directory=ClientDirectory(settings, ssl_context=ssl_context),
+        clients=ClientDirectory(settings, ssl_context=ssl_context),
     )
