@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import jwt as pyjwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from mcpauth.errors import InvalidToken
@@ -139,11 +140,62 @@ def key_set(jwks: Mapping[str, Any]) -> dict[str, VerificationKey]:
     return keys
 
 
+def _b64url(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+class CompactSigner:
+    """Signs claims as compact JWS (RFC 7515 §7.1) with one private key.
+
+    The token endpoint signs every access token, and PyJWT's general ``encode`` spends about
+    half as long again as the signature itself re-deriving what is fixed per key: the header
+    segment (cached here per ``typ``) and the padding and hash objects. The signature comes
+    from ``cryptography`` exactly as PyJWT makes it (ES256 as the raw ``r || s`` of RFC 7518
+    §3.4), and the tests verify what this signs with PyJWT.
+    """
+
+    __slots__ = ("_headers", "_sign", "alg", "kid")
+
+    def __init__(self, key: PrivateKey, *, alg: str, kid: str) -> None:
+        self.alg, self.kid = alg, kid
+        self._headers: dict[str, bytes] = {}
+        if alg == "ES256" and isinstance(key, ec.EllipticCurvePrivateKey):
+            ecdsa = ec.ECDSA(hashes.SHA256())
+            size = (key.curve.key_size + 7) // 8
+
+            def sign_es(data: bytes) -> bytes:
+                r, s = decode_dss_signature(key.sign(data, ecdsa))
+                return r.to_bytes(size, "big") + s.to_bytes(size, "big")
+
+            self._sign = sign_es
+        elif alg == "RS256" and isinstance(key, rsa.RSAPrivateKey):
+            pkcs1, sha256 = padding.PKCS1v15(), hashes.SHA256()
+            self._sign = lambda data: key.sign(data, pkcs1, sha256)
+        elif alg == "EdDSA" and isinstance(key, ed25519.Ed25519PrivateKey):
+            self._sign = key.sign
+        else:
+            raise ValueError(f"a {type(key).__name__} cannot sign {alg}")
+
+    def _header(self, typ: str) -> bytes:
+        header = self._headers.get(typ)
+        if header is None:
+            fields = {"alg": self.alg, "kid": self.kid, "typ": typ}
+            header = _b64url(json.dumps(fields, separators=(",", ":")).encode())
+            if len(self._headers) < 16:  # a handful of fixed types in practice
+                self._headers[typ] = header
+        return header
+
+    def sign(self, claims: Mapping[str, Any], typ: str = "at+jwt") -> str:
+        payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+        signing_input = self._header(typ) + b"." + payload
+        return (signing_input + b"." + _b64url(self._sign(signing_input))).decode("ascii")
+
+
 def encode(
     claims: Mapping[str, Any], key: PrivateKey, *, alg: str, kid: str, typ: str = "at+jwt"
 ) -> str:
     """Sign ``claims`` as a compact JWS with ``kid`` and ``typ`` in the header."""
-    return pyjwt.encode(dict(claims), key, algorithm=alg, headers={"kid": kid, "typ": typ})
+    return CompactSigner(key, alg=alg, kid=kid).sign(claims, typ)
 
 
 def unverified_header(token: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ RFC 9728 §3.1)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,11 +30,12 @@ def is_loopback_host(host: str | None) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1024)  # the same few resources on every token request
 def canonical_resource(uri: str) -> str:
     """The canonical form of a resource indicator (RFC 8707 §2, MCP "Canonical Server URI").
 
     Lowercase scheme and host, default port dropped, no fragment; the path is kept exactly
-    (a trailing slash only where it was given).
+    (a trailing slash only where it was given). Results are memoised (errors are not).
 
     Raises:
         URIError: not an absolute http(s) URI, or it has a fragment or userinfo.

@@ -89,6 +89,8 @@ def _routes(settings: Settings) -> list[BaseRoute]:
     base = path_of(settings.issuer)
     discovery = cors(metadata.metadata)
     routes: list[BaseRoute] = [
+        # first: the route matched most often, by every token request
+        Route(f"{base}/token", token.token, methods=["POST", "OPTIONS"]),
         # RFC 8414 §3.1 path insertion; OpenID Connect discovery in both path forms
         Route(
             f"/.well-known/oauth-authorization-server{base}", discovery, methods=["GET", "OPTIONS"]
@@ -100,7 +102,6 @@ def _routes(settings: Settings) -> list[BaseRoute]:
     ]
     routes += [
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
-        Route(f"{base}/token", cors(token.token), methods=["POST", "OPTIONS"]),
         Route(f"{base}/revoke", cors(revoke.revoke), methods=["POST", "OPTIONS"]),
         Route(f"{base}/introspect", introspect.introspect, methods=["POST"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),

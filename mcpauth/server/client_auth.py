@@ -140,15 +140,17 @@ def authenticate_request(
     address: str,
     *,
     endpoint: str,
+    credentials: PresentedCredentials | None = None,
 ) -> Client:
-    """Authenticate the client of a token, revocation or introspection request.
+    """Authenticate the client of a token, revocation or introspection request
+    (``credentials``: what :func:`presented_credentials` already found in it).
 
     Raises:
         InvalidRequest: the request mixes authentication methods.
         InvalidClient: authentication failed (the failure is counted).
         TooManyRequests: the client or address is locked out.
     """
-    credentials = presented_credentials(authorization, form)
+    credentials = credentials or presented_credentials(authorization, form)
     now = ctx.now()
     try:
         client = authenticate(ctx, credentials, now=now, address=address)

@@ -9,12 +9,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
 
 from mcpauth.errors import InvalidRequest, OAuthError
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
@@ -32,23 +34,36 @@ class UnsupportedMediaType(InvalidRequest):
     status_code = 415
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused past ``limit`` bytes without reading further.
+async def receive_body(receive: Receive, declared_length: str | None, limit: int) -> bytes:
+    """The request body from ASGI ``receive``, refused past ``limit`` bytes without reading
+    further.
 
     Raises:
         PayloadTooLarge: the body (or its declared length) exceeds ``limit``.
+        ClientDisconnect: the client went away before the body was complete.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+    if declared_length is not None and (
+        not declared_length.isdigit() or int(declared_length) > limit
+    ):
         raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused past ``limit`` bytes (see :func:`receive_body`)."""
+    return await receive_body(request.receive, request.headers.get("content-length"), limit)
 
 
 def media_type(request: Request) -> str:
@@ -74,22 +89,37 @@ def query_params(request: Request) -> dict[str, str]:
     return single_valued(parse_qsl(request.url.query, keep_blank_values=True))
 
 
+def require_form(content_type: str) -> None:
+    """Raises:
+    UnsupportedMediaType: ``content_type`` is not ``application/x-www-form-urlencoded``.
+    """
+    if content_type.split(";", 1)[0].strip().lower() != "application/x-www-form-urlencoded":
+        raise UnsupportedMediaType("The request body must be application/x-www-form-urlencoded")
+
+
+def parse_form(body: bytes) -> dict[str, str]:
+    """A form-encoded body, single-valued (see :func:`single_valued`).
+
+    Raises:
+        InvalidRequest: a parameter is repeated or the body is not valid UTF-8.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("The request body is not valid UTF-8") from exc
+    return single_valued(parse_qsl(text, keep_blank_values=True))
+
+
 async def form_params(request: Request, limit: int) -> dict[str, str]:
-    """An ``application/x-www-form-urlencoded`` body, single-valued.
+    """The form body of ``request``; the media type is checked before the body is read.
 
     Raises:
         UnsupportedMediaType: another content type.
         PayloadTooLarge: the body is too large.
         InvalidRequest: a parameter is repeated or the body is not valid UTF-8.
     """
-    if media_type(request) != "application/x-www-form-urlencoded":
-        raise UnsupportedMediaType("The request body must be application/x-www-form-urlencoded")
-    body = await read_body(request, limit)
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest("The request body is not valid UTF-8") from exc
-    return single_valued(parse_qsl(text, keep_blank_values=True))
+    require_form(request.headers.get("content-type", ""))
+    return parse_form(await read_body(request, limit))
 
 
 async def json_body(request: Request, limit: int, error: type[OAuthError]) -> Any:
@@ -126,7 +156,7 @@ def cors(endpoint: Endpoint) -> Endpoint:
         if request.method == "OPTIONS":
             return Response(status_code=204, headers=CORS_HEADERS)
         response = await endpoint(request)
-        response.headers.update({"Access-Control-Allow-Origin": "*"})
+        response.headers.update(ALLOW_ANY_ORIGIN)
         return response
 
     return wrapped

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -20,16 +19,6 @@ from mcpauth.server.storage.models import SigningKey
 
 RELOAD_SECONDS = 5.0  # replicas pick up a rotation done elsewhere within this long
 EXPIRY_LEEWAY = 60
-
-
-@dataclass(frozen=True, slots=True)
-class Signer:
-    kid: str
-    alg: str
-    key: jwt.PrivateKey
-
-    def sign(self, claims: dict[str, Any], typ: str = "at+jwt") -> str:
-        return jwt.encode(claims, self.key, alg=self.alg, kid=self.kid, typ=typ)
 
 
 class KeyManager:
@@ -53,7 +42,7 @@ class KeyManager:
         self._clock = clock
         self._lock = threading.Lock()
         self._loaded_at = float("-inf")
-        self._signer: Signer | None = None
+        self._signer: jwt.CompactSigner | None = None
         self._jwks: dict[str, Any] = {"keys": []}
 
     def _new_key(self, active_at: int) -> SigningKey:
@@ -120,7 +109,9 @@ class KeyManager:
             raise ConfigurationError("no signing key is active; run `mcpauth keys rotate`")
         current = max(signing, key=lambda k: k.active_at)
         if self._signer is None or self._signer.kid != current.kid:
-            self._signer = Signer(current.kid, current.alg, self._decrypt(current))
+            self._signer = jwt.CompactSigner(
+                self._decrypt(current), alg=current.alg, kid=current.kid
+            )
         self._jwks = {"keys": [k.public_jwk for k in published]}
         self._loaded_at = now
 
@@ -136,7 +127,7 @@ class KeyManager:
         now = self._clock()
         return self._signer is not None and 0 <= now - self._loaded_at < RELOAD_SECONDS
 
-    def signer(self) -> Signer:
+    def signer(self) -> jwt.CompactSigner:
         self._fresh()
         if self._signer is None:
             raise ConfigurationError("no signing key is loaded")

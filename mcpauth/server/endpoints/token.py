@@ -3,10 +3,10 @@ Responses are never cached (RFC 6749 §5.1)."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
-from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from mcpauth.errors import (
     InvalidRequest,
@@ -15,10 +15,18 @@ from mcpauth.errors import (
     UnsupportedGrantType,
 )
 from mcpauth.server import client_auth
-from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.client_auth import PresentedCredentials
+from mcpauth.server.context import ServerContext
 from mcpauth.server.grants import authorization_code, client_credentials, jwt_bearer, refresh_token
-from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
-from mcpauth.server.login import client_ip
+from mcpauth.server.http import (
+    ALLOW_ANY_ORIGIN,
+    CORS_HEADERS,
+    NO_STORE,
+    error_response,
+    parse_form,
+    receive_body,
+    require_form,
+)
 from mcpauth.server.observability import audit
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import Issuance
@@ -32,7 +40,11 @@ GRANTS = {
 
 
 def _handle(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    credentials: PresentedCredentials | None,
 ) -> Issuance:
     grant_type = form.get("grant_type")
     if not grant_type:
@@ -40,7 +52,9 @@ def _handle(
     handler = GRANTS.get(grant_type)
     if handler is None:
         raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
-    client = client_auth.authenticate_request(ctx, form, authorization, address, endpoint="token")
+    client = client_auth.authenticate_request(
+        ctx, form, authorization, address, endpoint="token", credentials=credentials
+    )
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
     issuance = handler(ctx, client, form)
@@ -58,37 +72,82 @@ def _handle(
 
 
 def _respond(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
-) -> dict[str, Any]:
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    credentials: PresentedCredentials | None,
+) -> bytes:
     """The whole token request in one worker thread: database, signing and JSON body."""
-    return _handle(ctx, form, authorization, address).response(ctx)
+    body = _handle(ctx, form, authorization, address, credentials).response(ctx)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
+    """The request's client credentials, parsed once; None if they are malformed (then
+    :func:`_handle` raises the error in its place, after the grant type is checked)."""
+    try:
+        return client_auth.presented_credentials(authorization, form)
+    except OAuthError:
+        return None
 
 
 def _in_memory(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+    ctx: ServerContext,
+    form: dict[str, str],
+    credentials: PresentedCredentials | None,
+    address: str,
 ) -> bool:
     """A client_credentials request whose client, lockout state and resources are all cached
     does no I/O: it is answered on the event loop, saving the worker-thread hop."""
-    if form.get("grant_type") != client_credentials.GRANT:
-        return False
-    if not (ctx.resources.is_cached() and ctx.keys.is_fresh()):
-        return False
-    try:
-        credentials = client_auth.presented_credentials(authorization, form)
-    except OAuthError:
-        return False
-    return client_auth.answerable_from_memory(ctx, credentials, address)
+    return (
+        form.get("grant_type") == client_credentials.GRANT
+        and credentials is not None
+        and ctx.resources.is_cached()
+        and ctx.keys.is_fresh()
+        and client_auth.answerable_from_memory(ctx, credentials, address)
+    )
 
 
-async def token(request: Request) -> Response:
-    ctx = get_context(request)
-    try:
-        form = await form_params(request, ctx.settings.max_body_bytes)
-        authorization, address = request.headers.get("authorization"), client_ip(request)
-        if _in_memory(ctx, form, authorization, address):
-            body = _respond(ctx, form, authorization, address)
-        else:
-            body = await run_blocking(_respond, ctx, form, authorization, address)
-    except OAuthError as error:
-        return error_response(error)
-    return json_response(body, headers=NO_STORE)
+class TokenEndpoint:
+    """The token endpoint as a bare ASGI app: every token a client gets passes through here,
+    so it reads the few headers it needs from the scope and writes its answer directly,
+    without Starlette's request and response objects. CORS is allowed (browser clients)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] == "OPTIONS":
+            await Response(status_code=204, headers=CORS_HEADERS)(scope, receive, send)
+            return
+        ctx: ServerContext = scope["app"].state.mcpauth
+        content_type = authorization = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == b"content-length" and length is None:
+                length = value.decode("latin-1")
+        client = scope.get("client")
+        address = client[0] if client else "unknown"
+        try:
+            require_form(content_type or "")
+            form = parse_form(await receive_body(receive, length, ctx.settings.max_body_bytes))
+            credentials = _credentials(authorization, form)
+            if _in_memory(ctx, form, credentials, address):
+                body = _respond(ctx, form, authorization, address, credentials)
+            else:
+                body = await run_blocking(_respond, ctx, form, authorization, address, credentials)
+        except OAuthError as error:
+            response = error_response(error, headers=ALLOW_ANY_ORIGIN)
+            await response(scope, receive, send)
+            return
+        headers = [*_RESPONSE_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+_RESPONSE_HEADERS = [
+    (b"content-type", b"application/json"),
+    *((k.lower().encode(), v.encode()) for k, v in {**NO_STORE, **ALLOW_ANY_ORIGIN}.items()),
+]
+token = TokenEndpoint()

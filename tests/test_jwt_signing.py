@@ -1,0 +1,74 @@
+"""The compact JWS signer: what it signs, PyJWT verifies, for every supported algorithm."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import jwt as pyjwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from mcpauth import jwt
+
+CLAIMS = {
+    "iss": "https://as.example.com",
+    "sub": "client-1",
+    "aud": "https://mcp.example.com/mcp",
+    "scope": "mcp:read",
+    "iat": 1_700_000_000,
+    "exp": 1_700_000_600,
+    "jti": "j-1",
+    "name": "Zoë \u2603",
+}
+
+
+def _segment(token: str, index: int) -> dict[str, object]:
+    part = token.split(".")[index]
+    decoded: dict[str, object] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    return decoded
+
+
+@pytest.mark.parametrize("alg", jwt.ALGORITHMS)
+def test_pyjwt_verifies_what_the_signer_signs(alg: jwt.Algorithm) -> None:
+    key = jwt.generate_private_key(alg)
+    signer = jwt.CompactSigner(key, alg=alg, kid="k1")
+    for typ in ("at+jwt", "JWT", "at+jwt"):  # the second at+jwt uses the cached header
+        token = signer.sign(CLAIMS, typ)
+        assert _segment(token, 0) == {"alg": alg, "kid": "k1", "typ": typ}
+        claims = pyjwt.decode(
+            token,
+            key.public_key(),
+            algorithms=[alg],
+            audience=CLAIMS["aud"],
+            options={"verify_exp": False},
+        )
+        assert claims == CLAIMS
+        assert "=" not in token
+
+
+def test_es256_signatures_are_raw_r_and_s_of_32_bytes_each() -> None:
+    key = jwt.generate_private_key("ES256")
+    token = jwt.CompactSigner(key, alg="ES256", kid="k").sign(CLAIMS)
+    signature = token.rsplit(".", 1)[1]
+    assert len(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))) == 64
+
+
+def test_a_key_that_cannot_make_the_algorithm_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot sign"):
+        jwt.CompactSigner(ec.generate_private_key(ec.SECP256R1()), alg="RS256", kid="k")
+    with pytest.raises(ValueError, match="cannot sign"):
+        jwt.CompactSigner(jwt.generate_private_key("EdDSA"), alg="ES256", kid="k")
+
+
+def test_a_tampered_payload_fails_verification() -> None:
+    key = jwt.generate_private_key("ES256")
+    header, _, signature = jwt.CompactSigner(key, alg="ES256", kid="k").sign(CLAIMS).split(".")
+    forged = base64.urlsafe_b64encode(json.dumps({**CLAIMS, "sub": "admin"}).encode()).rstrip(b"=")
+    with pytest.raises(pyjwt.InvalidSignatureError):
+        pyjwt.decode(
+            f"{header}.{forged.decode()}.{signature}",
+            key.public_key(),
+            algorithms=["ES256"],
+            options={"verify_aud": False, "verify_exp": False},
+        )
