@@ -140,6 +140,13 @@ def key_set(jwks: Mapping[str, Any]) -> dict[str, VerificationKey]:
     return keys
 
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # built once, not per json.dumps call
+
+
+def compact_json(value: Any) -> str:
+    return _COMPACT_JSON.encode(value)
+
+
 def _b64url(data: bytes) -> bytes:
     return base64.urlsafe_b64encode(data).rstrip(b"=")
 
@@ -180,13 +187,13 @@ class CompactSigner:
         header = self._headers.get(typ)
         if header is None:
             fields = {"alg": self.alg, "kid": self.kid, "typ": typ}
-            header = _b64url(json.dumps(fields, separators=(",", ":")).encode())
+            header = _b64url(compact_json(fields).encode())
             if len(self._headers) < 16:  # a handful of fixed types in practice
                 self._headers[typ] = header
         return header
 
     def sign(self, claims: Mapping[str, Any], typ: str = "at+jwt") -> str:
-        payload = _b64url(json.dumps(claims, separators=(",", ":")).encode())
+        payload = _b64url(compact_json(claims).encode())
         signing_input = self._header(typ) + b"." + payload
         return (signing_input + b"." + _b64url(self._sign(signing_input))).decode("ascii")
 

@@ -13,7 +13,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
@@ -61,7 +62,8 @@ def ensure_schema(engine: Engine) -> None:
 def _middleware(
     settings: Settings, engine: Engine, clock: Callable[[], float], metrics: Metrics | None
 ) -> list[Middleware]:
-    """Outermost first: request ids, metrics, then rate limits before any endpoint work."""
+    """Outermost first: request ids, metrics, then rate limits before any endpoint work,
+    then the token endpoint's direct route."""
     stack = [Middleware(RequestIdMiddleware)]
     if metrics is not None:
         stack.append(Middleware(MetricsMiddleware, metrics=metrics))
@@ -82,15 +84,40 @@ def _middleware(
             clock=clock,
         )
     )
+    stack.append(Middleware(DirectRoute, route=_token_route(settings)))
     return stack
+
+
+class DirectRoute:
+    """Innermost middleware: a request that fully matches ``route`` (path and method) goes
+    straight to the route's ASGI app, past Starlette's exception middleware and router. Used
+    for the token endpoint, which every token passes through and which renders its own errors;
+    other methods on its path still reach the router (and its 405)."""
+
+    def __init__(self, app: ASGIApp, *, route: Route) -> None:
+        self.app = app
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            match, child_scope = self.route.matches(scope)
+            if match is Match.FULL:
+                scope.update(child_scope)
+                scope["route"] = self.route
+                await self.route.app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _token_route(settings: Settings) -> Route:
+    return Route(f"{path_of(settings.issuer)}/token", token.token, methods=["POST", "OPTIONS"])
 
 
 def _routes(settings: Settings) -> list[BaseRoute]:
     base = path_of(settings.issuer)
     discovery = cors(metadata.metadata)
     routes: list[BaseRoute] = [
-        # first: the route matched most often, by every token request
-        Route(f"{base}/token", token.token, methods=["POST", "OPTIONS"]),
+        _token_route(settings),
         # RFC 8414 §3.1 path insertion; OpenID Connect discovery in both path forms
         Route(
             f"/.well-known/oauth-authorization-server{base}", discovery, methods=["GET", "OPTIONS"]
@@ -141,7 +168,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     error = InvalidRequest(
         "Not found" if status == 404 else "Method not allowed" if status == 405 else "Bad request"
     )
-    response = error_response(error)
+    headers = exc.headers if isinstance(exc, HTTPException) else None  # 405's Allow
+    response = error_response(error, headers=headers)
     response.status_code = status
     return response
 

@@ -5,7 +5,7 @@ rendering, no-store caching and CORS for the endpoints that allow it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -143,7 +143,7 @@ def json_response(
     return JSONResponse(data, status_code=status_code, headers=headers)
 
 
-def error_response(error: OAuthError, *, headers: dict[str, str] | None = None) -> Response:
+def error_response(error: OAuthError, *, headers: Mapping[str, str] | None = None) -> Response:
     """RFC 6749 §5.2 JSON error body; never cached."""
     merged = {**NO_STORE, **error.headers, **(headers or {})}
     return JSONResponse(error.to_dict(), status_code=error.status_code, headers=merged)

@@ -3,6 +3,7 @@ password: audit events carry identifiers (client, user, grant, jti) only."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -20,7 +21,8 @@ _VALID_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 def audit(event: str, **fields: Any) -> None:
     """Record a security event (login, consent, token issued/refreshed/revoked, replay)."""
-    audit_log.info(event, extra={"audit": {"event": event, **fields}})
+    if audit_log.isEnabledFor(logging.INFO):
+        audit_log.info(event, extra={"audit": {"event": event, **fields}})
 
 
 class JSONFormatter(logging.Formatter):
@@ -70,6 +72,12 @@ class RequestIdMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        # ids need to be unique, not secret: a random per-process prefix and a counter
+        self._prefix = secrets.token_hex(4)
+        self._counter = itertools.count(1)
+
+    def _next_id(self) -> str:
+        return f"{self._prefix}{next(self._counter):08x}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -77,7 +85,7 @@ class RequestIdMiddleware:
             return
         incoming = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
         text = incoming.decode("latin-1")
-        request_id = text if incoming and _VALID_ID.match(text) else secrets.token_hex(8)
+        request_id = text if incoming and _VALID_ID.match(text) else self._next_id()
         header = (b"x-request-id", request_id.encode())
         token = request_id_var.set(request_id)
 

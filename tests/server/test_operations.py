@@ -87,9 +87,11 @@ async def test_the_token_endpoint_is_rate_limited_per_client(
 
 async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> None:
     generated = await http.get("/health")
+    token = await http.post("/token", data={"grant_type": "client_credentials"})
     kept = await http.get("/health", headers={"X-Request-ID": "abc-123"})
     replaced = await http.get("/health", headers={"X-Request-ID": "bad id\nwith newline"})
     assert len(generated.headers["x-request-id"]) == 16
+    assert token.headers["x-request-id"] not in (generated.headers["x-request-id"], None)
     assert kept.headers["x-request-id"] == "abc-123"
     assert replaced.headers["x-request-id"] != "bad id\nwith newline"
 
@@ -142,11 +144,29 @@ async def test_prometheus_metrics_count_requests_and_security_events(
     async with client_for(app) as http:
         await register_public_client(http)
         await http.get("/health")
+        await http.post("/token", data={"grant_type": "client_credentials"})
         body = (await http.get("/metrics")).text
     assert 'mcpauth_http_requests_total{route="/register",status="201"} 1.0' in body
+    assert 'mcpauth_http_requests_total{route="/token",status="401"} 1.0' in body
     assert 'mcpauth_http_requests_total{route="/health",status="200"} 1.0' in body
     assert 'mcpauth_audit_events_total{event="client.registered"}' in body
 
 
 async def test_metrics_are_off_by_default(http: httpx.AsyncClient) -> None:
     assert (await http.get("/metrics")).status_code == 404
+
+
+async def test_the_token_endpoint_answers_other_methods_with_405_and_allows_cors(
+    http: httpx.AsyncClient,
+) -> None:
+    wrong = await http.get("/token")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"] == "invalid_request"
+    assert set(wrong.headers["allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
+    preflight = await http.options("/token", headers={"Origin": "https://app.example"})
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    refused = await http.post("/token", data={"grant_type": "client_credentials"})
+    assert refused.status_code == 401
+    assert refused.headers["access-control-allow-origin"] == "*"
+    assert refused.headers["cache-control"] == "no-store"

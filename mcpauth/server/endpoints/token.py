@@ -3,8 +3,7 @@ Responses are never cached (RFC 6749 §5.1)."""
 
 from __future__ import annotations
 
-import json
-
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -14,6 +13,7 @@ from mcpauth.errors import (
     UnauthorizedClient,
     UnsupportedGrantType,
 )
+from mcpauth.jwt import compact_json
 from mcpauth.server import client_auth
 from mcpauth.server.client_auth import PresentedCredentials
 from mcpauth.server.context import ServerContext
@@ -80,7 +80,7 @@ def _respond(
 ) -> bytes:
     """The whole token request in one worker thread: database, signing and JSON body."""
     body = _handle(ctx, form, authorization, address, credentials).response(ctx)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return compact_json(body).encode()
 
 
 def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
@@ -137,6 +137,8 @@ class TokenEndpoint:
                 body = _respond(ctx, form, authorization, address, credentials)
             else:
                 body = await run_blocking(_respond, ctx, form, authorization, address, credentials)
+        except ClientDisconnect:
+            return  # nobody left to answer
         except OAuthError as error:
             response = error_response(error, headers=ALLOW_ANY_ORIGIN)
             await response(scope, receive, send)
