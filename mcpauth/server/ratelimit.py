@@ -45,11 +45,15 @@ class SharedCounters:
         self._lock = threading.Lock()
         self.synced_at = float("-inf")
 
-    def hit(self, slot: Slot) -> int:
-        """Count one request; the best current estimate of the slot's total."""
+    def hit(self, slots: list[Slot]) -> int:
+        """Count one request in each slot; the highest current estimate of their totals."""
+        highest = 0
         with self._lock:
-            self._pending[slot] = self._pending.get(slot, 0) + 1
-            return self._known.get(slot, 0) + self._pending[slot]
+            pending, known = self._pending, self._known
+            for slot in slots:
+                count = pending[slot] = pending.get(slot, 0) + 1
+                highest = max(highest, known.get(slot, 0) + count)
+        return highest
 
     def due(self, now: float) -> bool:
         return now - self.synced_at >= SYNC_SECONDS or len(self._pending) > MAX_PENDING_KEYS
@@ -127,9 +131,7 @@ class RateLimitMiddleware:
             keys.append(f"rate:{name}:client:{basic[0][:200]}")
         return keys
 
-    async def _sync_if_due(self, now: float, slots: list[Slot]) -> None:
-        if self._syncing or not self.counters.due(now):
-            return
+    async def _sync(self, now: float, slots: list[Slot]) -> None:
         self._syncing = True
         try:
             await run_blocking(self.counters.sync, now, slots)
@@ -145,8 +147,9 @@ class RateLimitMiddleware:
         now = self.clock()
         start = int(now) - int(now) % rate.window
         slots = [(key, start) for key in self._keys(scope, name)]
-        await self._sync_if_due(now, slots)
-        if max(self.counters.hit(slot) for slot in slots) > rate.limit:
+        if not self._syncing and self.counters.due(now):
+            await self._sync(now, slots)
+        if self.counters.hit(slots) > rate.limit:
             wait = max(1, start + rate.window - int(now))
             await error_response(TooManyRequests("Too many requests", retry_after=wait))(
                 scope, receive, send

@@ -80,7 +80,7 @@ def _respond(
 ) -> bytes:
     """The whole token request in one worker thread: database, signing and JSON body."""
     body = _handle(ctx, form, authorization, address, credentials).response(ctx)
-    return compact_json(body).encode()
+    return compact_json(body)
 
 
 def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
