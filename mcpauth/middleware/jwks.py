@@ -3,7 +3,6 @@ headers, and refetched on an unknown ``kid`` at most once per interval."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 
@@ -11,24 +10,20 @@ import anyio
 import httpx
 
 from mcpauth import jwt
+from mcpauth.caching import freshness_lifetime
 from mcpauth.middleware._discovery import FetchError, discover_metadata, fetch_json
 
 __all__ = ["JWKSCache"]
-
-_MAX_AGE = re.compile(r"(?:^|,)\s*(?:s-)?max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
-_NO_CACHE = re.compile(r"(?:^|,)\s*(?:no-store|no-cache)\b", re.IGNORECASE)
 
 
 def cache_lifetime(
     headers: httpx.Headers, *, default: float, floor: float, ceiling: float
 ) -> float:
-    """Seconds a JWKS response may be reused (``Cache-Control``), clamped to [floor, ceiling]."""
-    value = headers.get("cache-control", "")
-    if _NO_CACHE.search(value):
-        return floor
-    match = _MAX_AGE.search(value)
-    seconds = float(match.group(1)) if match else default
-    return min(max(seconds, floor), ceiling)
+    """Seconds a JWKS response may be reused (its HTTP freshness, ``default`` when it states
+    none), clamped to [floor, ceiling]: even ``no-store`` keys are kept ``floor`` seconds, or
+    every token would fetch them."""
+    lifetime = freshness_lifetime(headers, time.time())
+    return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
 class JWKSCache:

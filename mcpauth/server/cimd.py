@@ -12,10 +12,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from mcpauth.caching import freshness_lifetime
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
 from mcpauth.server.config import Settings
 from mcpauth.server.registration import validate_client_metadata
@@ -191,46 +191,13 @@ def _client_fields(client_id: str, document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _directives(header: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for part in header.split(","):
-        name, _, value = part.strip().partition("=")
-        if name:
-            found.setdefault(name.lower(), value.strip().strip('"'))
-    return found
-
-
-def _http_date(value: str | None) -> float | None:
-    try:
-        return parsedate_to_datetime(value).timestamp() if value else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _explicit_lifetime(headers: Mapping[str, str], now: float) -> float | None:
-    directives = _directives(headers.get("cache-control", ""))
-    for name in ("s-maxage", "max-age"):  # this server is a shared cache: s-maxage first
-        if name in directives:
-            value = directives[name]
-            return float(value) if value.isdigit() else 0.0
-    if "expires" not in headers:
-        return None
-    expires = _http_date(headers.get("expires"))
-    if expires is None:
-        return 0.0  # RFC 9111 §5.3: an invalid Expires means already expired
-    return expires - (_http_date(headers.get("date")) or now)
-
-
 def cache_lifetime(headers: Mapping[str, str], now: float) -> int:
     """How long to keep a valid document, in seconds (0: do not keep it).
 
     ``no-store``/``no-cache``/a zero or past lifetime → 0; no caching headers → 5 minutes;
     otherwise ``s-maxage``, ``max-age`` or ``Expires`` clamped to [60 s, 24 h].
     """
-    directives = _directives(headers.get("cache-control", ""))
-    if "no-store" in directives or "no-cache" in directives:
-        return 0
-    lifetime = _explicit_lifetime(headers, now)
+    lifetime = freshness_lifetime(headers, now)
     if lifetime is None:
         return DEFAULT_TTL
     if lifetime <= 0:
