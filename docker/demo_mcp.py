@@ -13,22 +13,13 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
-from mcpauth.demo import demo_mcp_server
-from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.demo import protected_demo_app
 
 
 def main() -> None:
     resource = os.environ.get("MCPAUTH_RESOURCE", "http://localhost:8000/mcp")
     issuer = os.environ.get("MCPAUTH_AUTHORIZATION_SERVER", "http://localhost:9000")
-    app = ProtectedResourceMiddleware(
-        demo_mcp_server().streamable_http_app(),
-        resource=resource,
-        authorization_servers=[issuer],
-        scopes_supported=["mcp:tools"],
-        required_scopes="mcp:tools",
-        tool_scopes={"reset_counter": "mcp:admin"},
-        resource_name="mcpauth demo MCP server",
-    )
+    app = protected_demo_app(resource, issuer)
     port = int(os.environ.get("MCP_PORT", urlsplit(resource).port or 8000))
     uvicorn.run(app, host=os.environ.get("MCP_HOST", "127.0.0.1"), port=port, server_header=False)
 

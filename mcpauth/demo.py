@@ -56,6 +56,22 @@ def demo_mcp_server() -> Any:
     return server
 
 
+def protected_demo_app(resource: str, issuer: str) -> Any:
+    """The demo MCP server behind the middleware: ``mcp:tools`` for everything, ``mcp:admin``
+    for ``reset_counter``; tokens from ``issuer`` for ``resource``."""
+    from mcpauth.middleware import ProtectedResourceMiddleware
+
+    return ProtectedResourceMiddleware(
+        demo_mcp_server().streamable_http_app(),
+        resource=resource,
+        authorization_servers=[issuer],
+        scopes_supported=["mcp:tools"],
+        required_scopes="mcp:tools",
+        tool_scopes={"reset_counter": "mcp:admin"},
+        resource_name="mcpauth demo MCP server",
+    )
+
+
 def _password_file(data_dir: Path) -> Path:
     return data_dir / "demo-password"
 
@@ -113,8 +129,6 @@ async def _serve_both(as_app: Any, mcp_app: Any, as_port: int, mcp_port: int) ->
 
 def run_demo(data_dir: str | None = None, as_port: int = AS_PORT, mcp_port: int = MCP_PORT) -> int:
     """Start both servers on 127.0.0.1 until interrupted."""
-    from mcpauth.middleware import ProtectedResourceMiddleware
-
     folder = Path(data_dir or os.environ.get("MCPAUTH_DEMO_DIR", ".mcpauth-demo")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     issuer = f"http://127.0.0.1:{as_port}"
@@ -128,15 +142,7 @@ def run_demo(data_dir: str | None = None, as_port: int = AS_PORT, mcp_port: int 
         }
     )
     password = _seed(settings, folder, resource)
-    mcp_app = ProtectedResourceMiddleware(
-        demo_mcp_server().streamable_http_app(),
-        resource=resource,
-        authorization_servers=[issuer],
-        scopes_supported=["mcp:tools"],
-        required_scopes="mcp:tools",
-        tool_scopes={"reset_counter": "mcp:admin"},
-        resource_name="mcpauth demo MCP server",
-    )
+    mcp_app = protected_demo_app(resource, issuer)
     print(_banner(issuer, resource, password), file=sys.stderr, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve_both(create_app(settings), mcp_app, as_port, mcp_port))
