@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,10 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
+from bench import common
+from bench.common import RESOURCE, SCOPE
+
 HERE = Path(__file__).resolve().parent
-MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
-RESOURCE = "https://mcp.example.com/mcp"
-SCOPE = "mcp:read"
 ISSUER = "http://127.0.0.1:9000"
 REPEATS = 5
 
@@ -56,28 +55,6 @@ def best_async(fn: Callable[[], Awaitable[Any]], n: int) -> float:
     return asyncio.run(run())
 
 
-def setup(workdir: Path, env: dict[str, str]) -> tuple[str, str]:
-    def cli(*args: str) -> str:
-        return subprocess.run(
-            [MCPAUTH, *args], env=env, capture_output=True, text=True, check=True
-        ).stdout
-
-    cli("resources", "add", RESOURCE, "--scope", SCOPE, "--default-scope", SCOPE, "--default")
-    out = json.loads(
-        cli(
-            "clients",
-            "add",
-            "--name",
-            "bench",
-            "--grant-type",
-            "client_credentials",
-            "--scope",
-            SCOPE,
-        )
-    )
-    return out["client_id"], out["client_secret"]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=2000)
@@ -89,15 +66,13 @@ def main() -> int:
     n = args.iterations
     with tempfile.TemporaryDirectory(prefix="mcpauth-profile-cc-") as tmp:
         workdir = Path(tmp)
-        env = {
-            **os.environ,
+        env = common.mcpauth_env(
+            workdir,
+            f"sqlite:///{workdir / 'mcpauth.db'}",
             **({"PYTHONPATH": str(args.src.resolve())} if args.src else {}),
-            "MCPAUTH_SECRET_KEY": "bench-secret-key-0123456789abcdef",
-            "MCPAUTH_DATABASE_URL": f"sqlite:///{workdir / 'mcpauth.db'}",
-            "MCPAUTH_RATE_LIMIT_TOKEN": str(10**9),
-            "HOME": str(workdir),
-        }
-        client_id, secret = setup(workdir, env)
+            MCPAUTH_RATE_LIMIT_TOKEN=str(10**9),
+        )
+        client_id, secret = common.setup_client_credentials(env)
         os.environ.update({k: env[k] for k in ("MCPAUTH_SECRET_KEY", "MCPAUTH_DATABASE_URL")})
         os.environ["MCPAUTH_RATE_LIMIT_TOKEN"] = env["MCPAUTH_RATE_LIMIT_TOKEN"]
         report(n, client_id, secret)

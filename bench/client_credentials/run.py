@@ -1,7 +1,7 @@
 """client_credentials token issuance per second: `mcpauth serve` against node-oidc-provider.
 
     .venv/bin/python bench/client_credentials/run.py [--duration 10] [--connections 32]
-        [--rounds 3] [--json FILE]
+        [--rounds 5] [--json FILE]
 
 Both servers issue ES256-signed JWT access tokens for one resource with one scope to one
 confidential client authenticating with client_secret_basic. mcpauth runs as one `mcpauth serve`
@@ -22,15 +22,10 @@ import base64
 import json
 import os
 import platform
-import re
-import resource
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,16 +36,17 @@ from urllib.parse import urlencode
 import httpx
 import jwt
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
+from bench import common
+from bench.common import RESOURCE, SCOPE
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LUA = HERE / "cc.lua"
 PROVIDER = HERE / "provider.mjs"
-MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
 NODE = ROOT / ".node22" / "node_modules" / ".bin" / "node"
 SERVER_CPU = "1"
 LOAD_CPU = 0
-RESOURCE = "https://mcp.example.com/mcp"
-SCOPE = "mcp:read"
 MCPAUTH_NAME, PEER_NAME = "mcpauth", "oidc-provider"
 
 
@@ -63,114 +59,49 @@ class Server:
     process: subprocess.Popen[bytes]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([MCPAUTH, *args], env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"mcpauth {' '.join(args)} failed: {done.stderr}")
-    return done.stdout
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not come up:\n{log.read_text()}") from None
-            time.sleep(0.1)
-
-
 @contextmanager
 def mcpauth_server(workdir: Path, args: argparse.Namespace) -> Iterator[tuple[Server, str, str]]:
     """`mcpauth serve` with the resource and a client_credentials client; yields the credentials."""
-    env = {
-        **os.environ,
+    env = common.mcpauth_env(
+        workdir,
+        f"sqlite:///{workdir / 'mcpauth.db'}",
         **({"PYTHONPATH": str(args.src.resolve())} if args.src else {}),
         # one client from one address sends every request: the per-minute token rate limit
         # (where the server has one) is raised so it never answers 429, but still counts
-        "MCPAUTH_RATE_LIMIT_TOKEN": str(args.rate_limit),
-        "MCPAUTH_SECRET_KEY": "bench-secret-key-0123456789abcdef",
-        "MCPAUTH_DATABASE_URL": f"sqlite:///{workdir / 'mcpauth.db'}",
-        "HOME": str(workdir),
-        "XDG_DATA_HOME": str(workdir / "data"),
-    }
-    cli(env, "resources", "add", RESOURCE, "--scope", SCOPE, "--default-scope", SCOPE, "--default")
-    client = json.loads(
-        cli(
-            env,
-            "clients",
-            "add",
-            "--name",
-            "bench",
-            "--grant-type",
-            "client_credentials",
-            "--scope",
-            SCOPE,
-        )
+        MCPAUTH_RATE_LIMIT_TOKEN=str(args.rate_limit),
     )
-    port = free_port()
+    client_id, secret = common.setup_client_credentials(env)
+    port = common.free_port()
     base = f"http://127.0.0.1:{port}"
     log_path = workdir / "mcpauth.log"
-    command = ["taskset", "-c", SERVER_CPU, MCPAUTH, "serve", "--issuer", base]
-    command += ["--port", str(port), "--log-level", "warning"]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    process = common.spawn(common.serve_command(SERVER_CPU, base, port), log_path, env=env)
     try:
-        wait_ready(process, f"{base}/health", log_path)
+        common.wait_ready(process, f"{base}/health", log_path)
         metadata = httpx.get(f"{base}/.well-known/oauth-authorization-server").json()
         server = Server(
             MCPAUTH_NAME, base, metadata["token_endpoint"], metadata["jwks_uri"], process
         )
-        yield server, client["client_id"], client["client_secret"]
+        yield server, client_id, secret
     finally:
-        stop(process)
+        common.stop(process)
 
 
 @contextmanager
 def peer_server(workdir: Path, client_id: str, secret: str) -> Iterator[Server]:
     """provider.mjs with the same client credentials, resource and scope."""
-    port = free_port()
+    port = common.free_port()
     base = f"http://127.0.0.1:{port}"
     log_path = workdir / "oidc-provider.log"
     command = ["taskset", "-c", SERVER_CPU, str(NODE), str(PROVIDER), str(port)]
     command += [client_id, secret, RESOURCE, SCOPE]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=HERE,
-            env={**os.environ, "NODE_ENV": "production"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    env = {**os.environ, "NODE_ENV": "production"}
+    process = common.spawn(command, log_path, env=env, cwd=HERE)
     try:
-        wait_ready(process, f"{base}/.well-known/openid-configuration", log_path)
+        common.wait_ready(process, f"{base}/.well-known/openid-configuration", log_path)
         metadata = httpx.get(f"{base}/.well-known/openid-configuration").json()
         yield Server(PEER_NAME, base, metadata["token_endpoint"], metadata["jwks_uri"], process)
     finally:
-        stop(process)
+        common.stop(process)
 
 
 def verify(server: Server, auth: str, body: str) -> dict[str, Any]:
@@ -196,53 +127,24 @@ def verify(server: Server, auth: str, body: str) -> dict[str, Any]:
     return {"header": header, "claims": claims, "bytes": len(response.content)}
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def wrk(server: Server, auth: str, body: str, *, duration: int, connections: int) -> dict[str, Any]:
     """One wrk run against ``server``'s token endpoint; wrk's numbers plus CPU use."""
-    command = ["taskset", "-c", str(LOAD_CPU), "wrk", "-t1", f"-c{connections}"]
-    command += [f"-d{duration}s", "--timeout", "10s", "-s", str(LUA), server.token_url]
+    command = common.wrk_command(
+        str(LOAD_CPU), LUA, server.token_url, connections=connections, duration=duration
+    )
     env = {**os.environ, "BENCH_AUTH": auth, "BENCH_BODY": body}
-    before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before_server = cpu_seconds(server.process.pid)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    server_cpu = cpu_seconds(server.process.pid) - before_server
-    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    match = re.search(r"^BENCH (\{.*\})$", done.stdout, re.MULTILINE)
-    if done.returncode != 0 or match is None:
-        raise SystemExit(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    result: dict[str, Any] = json.loads(match.group(1))
+    result = common.measure(command, env, server.process.pid)
     if result["bad"] or result["socket_errors"]:
         raise SystemExit(
             f"{server.name}: {result['bad']} non-2xx, {result['socket_errors']} socket errors; "
             f"first: {result['first_error']}"
         )
-    seconds = result["duration_us"] / 1e6
-    load_cpu = (after_children.ru_utime - before_children.ru_utime) + (
-        after_children.ru_stime - before_children.ru_stime
-    )
-    result.update(
-        seconds=seconds,
-        rps=result["ok"] / seconds,
-        non_2xx=result["bad"],
-        load_cpu=load_cpu / seconds,
-        server_cpu=server_cpu / seconds,
-        server_cpu_ms=server_cpu * 1000 / max(1, result["ok"]),
-    )
+    result["non_2xx"] = result["bad"]
     return result
 
 
-def fmt(results: list[dict[str, Any]], key: str, scale: float = 1.0, digits: int = 0) -> str:
-    values = [r[key] * scale for r in results]
-    median = statistics.median(values)
-    spread = f" ({min(values):.{digits}f}-{max(values):.{digits}f})" if len(values) > 1 else ""
-    return f"{median:.{digits}f}{spread}"
-
-
 def report(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
+    fmt = common.median_range
     lines = [
         f"rounds: {args.rounds} x {args.duration} s per server, alternating; wrk -t1 "
         f"-c{args.connections} on CPU {LOAD_CPU}; each server one process on CPU {SERVER_CPU}; "
@@ -264,9 +166,15 @@ def report(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> s
     ours = statistics.median(r["rps"] for r in rows[MCPAUTH_NAME])
     theirs = statistics.median(r["rps"] for r in rows[PEER_NAME])
     wrk_max = max(r["load_cpu"] for results in rows.values() for r in results)
+    our_cpu = statistics.median(r["server_cpu_ms"] for r in rows[MCPAUTH_NAME])
+    their_cpu = statistics.median(r["server_cpu_ms"] for r in rows[PEER_NAME])
+    paired = [a["rps"] / b["rps"] for a, b in zip(rows[MCPAUTH_NAME], rows[PEER_NAME], strict=True)]
     lines += [
         "",
         f"ratio mcpauth / oidc-provider (median req/s): {ours / theirs:.2f}x",
+        f"per-round ratios (each round measures both back to back): "
+        f"{[round(x, 2) for x in paired]}, median {statistics.median(paired):.2f}x",
+        f"CPU time per token, oidc-provider / mcpauth (medians): {their_cpu / our_cpu:.2f}x",
         f"per-round req/s: mcpauth {[round(r['rps']) for r in rows[MCPAUTH_NAME]]}, "
         f"oidc-provider {[round(r['rps']) for r in rows[PEER_NAME]]}",
         f"load generator: at most {wrk_max * 100:.0f} % of its CPU "
@@ -280,7 +188,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per measured run")
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3, help="seconds of warm-up per server")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument(
@@ -293,9 +201,7 @@ def main() -> int:
         "--src", type=Path, help="import mcpauth from this checkout (PYTHONPATH) instead"
     )
     args = parser.parse_args()
-    for tool in ("wrk", "taskset"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} is required (apt-get install -y wrk util-linux)")
+    common.require_tools("wrk", "taskset")
     if not NODE.exists():
         raise SystemExit(f"{NODE} is missing: npm install --prefix .node22 node@22")
     if not (HERE / "node_modules" / "oidc-provider").exists():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--resource")
     parser.add_argument("--key-file")
     args = parser.parse_args(argv)
-    apps = {
+    apps: dict[str, Callable[[], Any]] = {
         "as": lambda: authorization_server(args.issuer, args.key_file),
         "plain": mcp_app,
         "mcpauth": lambda: with_mcpauth(args.issuer, args.resource),

@@ -26,7 +26,10 @@ from pathlib import Path
 import httpx
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, utils
+from jwt.utils import base64url_decode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
+from bench import common
 from mcpauth import jwt
 from mcpauth.middleware import JWKSCache, JWTVerifier
 
@@ -74,12 +77,7 @@ def start(role: str, *args: str) -> tuple[subprocess.Popen[bytes], str, socket.s
 
 
 def stop(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    common.stop(proc)
     sock.close()
 
 
@@ -93,10 +91,9 @@ def mint(key: jwt.PrivateKey, issuer: str, resource: str) -> str:
 
 
 def wrk(url: str, token: str, duration: int, connections: int) -> dict[str, float]:
-    command = [
-        "taskset", "-c", "0", "wrk", "-t1", f"-c{connections}", f"-d{duration}s",
-        "-s", str(LUA), url,
-    ]  # fmt: skip
+    command = common.wrk_command(
+        "0", LUA, url, connections=connections, duration=duration, timeout=None
+    )
     out = subprocess.run(
         command, capture_output=True, text=True, check=True, env={"BENCH_TOKEN": token}
     ).stdout
@@ -141,7 +138,7 @@ def cold_verification(key: jwt.PrivateKey, issuer: str, n: int) -> dict[str, flo
 
     def bare(token: str) -> None:
         head, payload, sig = token.split(".")
-        raw = jwt.pyjwt.utils.base64url_decode(sig)
+        raw = base64url_decode(sig)
         der = utils.encode_dss_signature(
             int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")
         )

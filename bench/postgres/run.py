@@ -20,44 +20,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # for bench/ and tests/
 
-from tests.oauth import forms  # noqa: E402
+from bench import common  # noqa: E402
 from tests.pg import PostgresServer, _migrate_template, start_server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "token.lua"
-MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
 SERVER_CPU, LOAD_CPU = "0", "1"
-RESOURCE = "https://mcp.example.com/mcp"
-REDIRECT_URI = "http://127.0.0.1/callback"
-USER, PASSWORD = "bench", "bench-password-123"
-SECRET = "bench-secret-key-0123456789abcdef"
-VERIFIER = "bench-verifier-" + "v" * 43
-CHALLENGE = (
-    base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
-)
+MINT_PARALLEL = 8
 
 
 @dataclass
@@ -70,183 +58,42 @@ class Cluster:
     cookies: httpx.Cookies
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [MCPAUTH, *args], env=env, input=stdin, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"mcpauth {' '.join(args)} failed: {done.stderr}")
-    return done.stdout
-
-
-def wait_health(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(log.read_text()) from None
-            time.sleep(0.1)
-
-
 @contextmanager
 def cluster(workdir: Path, database: str, replicas: int) -> Iterator[Cluster]:
-    env = {
-        **os.environ,
-        "MCPAUTH_SECRET_KEY": SECRET,
-        "MCPAUTH_DATABASE_URL": database,
-        "HOME": str(workdir),
-        "XDG_DATA_HOME": str(workdir / "data"),
+    env = common.mcpauth_env(
+        workdir,
+        database,
         # every request comes from 127.0.0.1: limits high enough never to bite, still counted
-        "MCPAUTH_RATE_LIMIT_TOKEN": str(10**9),
-        "MCPAUTH_RATE_LIMIT_AUTHORIZE": str(10**9),
+        MCPAUTH_RATE_LIMIT_TOKEN=str(10**9),
+        MCPAUTH_RATE_LIMIT_AUTHORIZE=str(10**9),
         # codes are minted before the run, more slowly than they are redeemed
-        "MCPAUTH_AUTHORIZATION_CODE_TTL": "600",
-    }
-    cli(env, "users", "add", USER, "--password-stdin", stdin=PASSWORD + "\n")
-    cli(env, "resources", "add", RESOURCE, "--scope", "mcp:read", "--default-scope", "mcp:read")
-    client = json.loads(
-        cli(
-            env,
-            "clients",
-            "add",
-            "--name",
-            "bench",
-            "--redirect-uri",
-            REDIRECT_URI,
-            "--grant-type",
-            "authorization_code",
-            "--grant-type",
-            "refresh_token",
-            "--auth-method",
-            "none",
-            "--first-party",
-        )
+        MCPAUTH_AUTHORIZATION_CODE_TTL="600",
     )
-    ports = [free_port() for _ in range(replicas)]
+    client_id = common.setup_authorization_code(env)
+    ports = [common.free_port() for _ in range(replicas)]
     issuer = f"http://127.0.0.1:{ports[0]}"
     with ExitStack() as stack:
         processes = []
         for port in ports:
             log = workdir / f"server-{port}.log"
-            handle = stack.enter_context(open(log, "wb"))
-            process = subprocess.Popen(
-                [
-                    "taskset",
-                    "-c",
-                    SERVER_CPU,
-                    MCPAUTH,
-                    "serve",
-                    "--issuer",
-                    issuer,
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ],
-                env=env,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-            )
-            stack.callback(stop, process)
+            command = common.serve_command(SERVER_CPU, issuer, port)
+            process = common.spawn(command, log, env=env)
+            stack.callback(common.stop, process)
             processes.append(process)
-            wait_health(f"http://127.0.0.1:{port}/health", process, log)
+            common.wait_ready(process, f"http://127.0.0.1:{port}/health", log, timeout=60)
         metadata = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()
         yield Cluster(
             issuer,
             ports,
             [p.pid for p in processes],
-            client["client_id"],
+            client_id,
             urlsplit(metadata["token_endpoint"]).path,
-            sign_in(issuer, client["client_id"]),
+            common.sign_in(issuer, client_id),
         )
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def authorize_url(issuer: str, client_id: str) -> str:
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": REDIRECT_URI,
-        "code_challenge": CHALLENGE,
-        "code_challenge_method": "S256",
-        "state": "bench",
-        "resource": RESOURCE,
-    }
-    return f"{issuer}/authorize?{urlencode(params)}"
-
-
-def code_from(response: httpx.Response) -> str:
-    location = response.headers.get("location", "")
-    if response.status_code != 303 or not location.startswith(REDIRECT_URI):
-        raise SystemExit(f"expected a redirect with a code, got {response.status_code}: {location}")
-    return parse_qs(urlsplit(location).query)["code"][0]
-
-
-def sign_in(issuer: str, client_id: str) -> httpx.Cookies:
-    with httpx.Client(timeout=30) as http:
-        page = http.get(authorize_url(issuer, client_id))
-        page = http.get(urljoin(issuer, page.headers["location"]))
-        form = forms(page.text)[0]
-        login = {**form.fields, "username": USER, "password": PASSWORD}
-        done = http.post(urljoin(str(page.request.url), form.action), data=login)
-        code_from(http.get(urljoin(issuer, done.headers["location"])))
-        return http.cookies
-
-
-async def mint_codes(c: Cluster, count: int, parallel: int = 8) -> list[str]:
-    codes: list[str] = []
-    url = authorize_url(c.issuer, c.client_id)
-
-    async def worker(http: httpx.AsyncClient) -> None:
-        while len(codes) < count:
-            started = await http.get(url)
-            codes.append(code_from(await http.get(urljoin(c.issuer, started.headers["location"]))))
-
-    async with httpx.AsyncClient(cookies=c.cookies, timeout=30) as http:
-        await asyncio.gather(*(worker(http) for _ in range(parallel)))
-    return codes
-
-
-def code_bodies(c: Cluster, codes: list[str]) -> list[str]:
-    return [
-        urlencode(
-            {
-                "grant_type": "authorization_code",
-                "code": code,
-                "redirect_uri": REDIRECT_URI,
-                "code_verifier": VERIFIER,
-                "client_id": c.client_id,
-                "resource": RESOURCE,
-            }
-        )
-        for code in codes
-    ]
-
-
-def refresh_bodies(c: Cluster, tokens: list[str]) -> list[str]:
-    return [
-        urlencode({"grant_type": "refresh_token", "refresh_token": t, "client_id": c.client_id})
-        for t in tokens
-    ]
+async def mint_codes(c: Cluster, count: int) -> list[str]:
+    return await common.mint_codes(c.issuer, c.client_id, c.cookies, count, parallel=MINT_PARALLEL)
 
 
 def wrk(
@@ -266,20 +113,19 @@ def wrk(
             "BENCH_PATH": c.token_path,
             "BENCH_OUTPUT": str(sink),
         }
-        command = [
-            "taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{max(1, connections // len(c.ports))}",
-            f"-d{duration}s", "--timeout", "10s", "-s", str(LUA),
+        command = common.wrk_command(
+            LOAD_CPU,
+            LUA,
             f"http://127.0.0.1:{port}{c.token_path if bodies else '/health'}",
-        ]  # fmt: skip
+            connections=max(1, connections // len(c.ports)),
+            duration=duration,
+        )
         runs.append((subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True), sink))
     total: dict[str, Any] = {"ok": 0, "requests": 0, "bad": 0, "exhausted": 0, "tokens": []}
     p50, p99, seconds = [], [], []
     for process, sink in runs:
         out, _ = process.communicate(timeout=duration + 60)
-        match = re.search(r"^BENCH (\{.*\})$", out, re.MULTILINE)
-        if process.returncode != 0 or match is None:
-            raise SystemExit(f"wrk failed: {out}")
-        result = json.loads(match.group(1))
+        result = common.bench_line(process.returncode, out)
         for key in ("ok", "requests", "bad", "exhausted"):
             total[key] += result[key]
         total["bad"] += result["socket_errors"]
@@ -330,16 +176,22 @@ def round_(c: Cluster, args: argparse.Namespace, workdir: Path) -> dict[str, dic
     tokens: list[str] = []
 
     def codes(n: int) -> list[str]:
-        return code_bodies(c, asyncio.run(mint_codes(c, n)))
+        return common.code_bodies(c.client_id, asyncio.run(mint_codes(c, n)))
 
     def refreshes(n: int) -> list[str]:
         nonlocal tokens
         while len(tokens) < n:
             more = asyncio.run(mint_codes(c, min(n - len(tokens), 3000)))
-            got = wrk(c, code_bodies(c, more), duration=60, connections=16, workdir=workdir)
+            got = wrk(
+                c,
+                common.code_bodies(c.client_id, more),
+                duration=60,
+                connections=16,
+                workdir=workdir,
+            )
             tokens += got["tokens"]
         taken, tokens = tokens[:n], tokens[n:]
-        return refresh_bodies(c, taken)
+        return common.refresh_bodies(c.client_id, taken)
 
     exchange = measured(c, codes, args, workdir, "exchange")
     tokens += exchange["harvest"]
@@ -406,9 +258,7 @@ def summary(result: dict[str, dict[str, Any]]) -> str:
 
 
 def median(rounds: list[dict[str, dict[str, Any]]], kind: str, key: str) -> str:
-    values = [r[kind][key] for r in rounds]
-    spread = f" ({min(values):.0f}-{max(values):.0f})" if len(values) > 1 else ""
-    return f"{statistics.median(values):.0f}{spread}"
+    return common.median_range([r[kind] for r in rounds], key)
 
 
 def report(rows: dict[str, Any], args: argparse.Namespace, load_before: float) -> str:

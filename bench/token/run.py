@@ -18,15 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import json
 import os
 import platform
-import re
-import resource
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,28 +29,23 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
+from bench import common
+
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "token.lua"
-MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
 SERVER_CPU = "0"
 LOAD_CPU = 1
-RESOURCE = "https://mcp.example.com/mcp"
-REDIRECT_URI = "http://127.0.0.1/callback"
-USER, PASSWORD = "bench", "bench-password-123"
 CODE_TTL = 60
 RATE_LIMIT = 10**9  # requests per minute
 MINT_BUDGET = 35.0  # seconds of minting; the batch must be used well within the code TTL
-VERIFIER = "bench-verifier-" + "v" * 43  # one PKCE pair for every code: the server still checks it
-CHALLENGE = (
-    base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
-)
+MINT_PARALLEL = 4
 
 
 @dataclass
@@ -67,200 +56,41 @@ class Server:
     token_path: str
 
 
-def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [MCPAUTH, *args], env=env, input=stdin, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"mcpauth {' '.join(args)} failed: {done.stderr}")
-    return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def server(workdir: Path, *, serialize_writes: bool = False) -> Iterator[Server]:
-    database = f"sqlite:///{workdir / 'mcpauth.db'}"
-    env = {
-        **os.environ,
-        "MCPAUTH_SECRET_KEY": "bench-secret-key-0123456789abcdef",
-        "MCPAUTH_DATABASE_URL": database,
-        # all load comes from one address: the per-address limits stay on (their counting is
-        # part of every request's cost, as shipped) but are raised out of reach
-        "MCPAUTH_RATE_LIMIT_TOKEN": str(RATE_LIMIT),
-        "MCPAUTH_RATE_LIMIT_AUTHORIZE": str(RATE_LIMIT),
-        "HOME": str(workdir),
-        "XDG_DATA_HOME": str(workdir / "data"),
-    }
-    cli(env, "users", "add", USER, "--password-stdin", stdin=PASSWORD + "\n")
-    cli(env, "resources", "add", RESOURCE, "--scope", "mcp:read", "--default-scope", "mcp:read")
-    client = json.loads(
-        cli(
-            env,
-            "clients",
-            "add",
-            "--name",
-            "bench",
-            "--redirect-uri",
-            REDIRECT_URI,
-            "--grant-type",
-            "authorization_code",
-            "--grant-type",
-            "refresh_token",
-            "--auth-method",
-            "none",
-            "--first-party",
-        )
+    # all load comes from one address: the per-address limits stay on (their counting is part
+    # of every request's cost, as shipped) but are raised out of reach
+    env = common.mcpauth_env(
+        workdir,
+        f"sqlite:///{workdir / 'mcpauth.db'}",
+        MCPAUTH_RATE_LIMIT_TOKEN=str(RATE_LIMIT),
+        MCPAUTH_RATE_LIMIT_AUTHORIZE=str(RATE_LIMIT),
     )
-    port = free_port()
+    client_id = common.setup_authorization_code(env)
+    port = common.free_port()
     issuer = f"http://127.0.0.1:{port}"
-    serve = [sys.executable, str(HERE / "serialized_serve.py")] if serialize_writes else [MCPAUTH]
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [
-            "taskset",
-            "-c",
-            SERVER_CPU,
-            *serve,
-            "serve",
-            "--issuer",
-            issuer,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    program = [sys.executable, str(HERE / "serialized_serve.py")] if serialize_writes else None
+    command = common.serve_command(SERVER_CPU, issuer, port, program or [common.MCPAUTH])
+    log = workdir / "server.log"
+    process = common.spawn(command, log, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{issuer}/health", timeout=1)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit((workdir / "server.log").read_text()) from None
-                time.sleep(0.1)
+        common.wait_ready(process, f"{issuer}/health", log)
         metadata = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()
         token_path = urlsplit(metadata["token_endpoint"]).path
-        yield Server(issuer, process, client["client_id"], token_path)
+        yield Server(issuer, process, client_id, token_path)
     except BaseException:
-        log.flush()
-        tail = (workdir / "server.log").read_text(errors="replace").splitlines()[-40:]
+        tail = log.read_text(errors="replace").splitlines()[-40:]
         print("--- server log (tail) ---", *tail, sep="\n", file=sys.stderr)
         raise
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        common.stop(process)
 
 
-class _Forms(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.action = ""
-        self.fields: dict[str, str] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "form" and not self.action:
-            self.action = a.get("action", "")
-        elif tag == "input" and a.get("name"):
-            self.fields.setdefault(a["name"], a.get("value", ""))
-
-
-def authorize_url(srv: Server) -> str:
-    params = {
-        "response_type": "code",
-        "client_id": srv.client_id,
-        "redirect_uri": REDIRECT_URI,
-        "code_challenge": CHALLENGE,
-        "code_challenge_method": "S256",
-        "state": "bench",
-        "resource": RESOURCE,
-    }
-    return f"{srv.issuer}/authorize?{urlencode(params)}"
-
-
-def code_from(response: httpx.Response) -> str:
-    location = response.headers.get("location", "")
-    if response.status_code != 303 or not location.startswith(REDIRECT_URI):
-        raise SystemExit(f"expected a redirect with a code, got {response.status_code}: {location}")
-    return parse_qs(urlsplit(location).query)["code"][0]
-
-
-def sign_in(srv: Server) -> httpx.Cookies:
-    """Sign in once through the login form; the session cookie then yields codes directly."""
-    with httpx.Client(timeout=30) as http:
-        page = http.get(authorize_url(srv))
-        page = http.get(urljoin(srv.issuer, page.headers["location"]))
-        form = _Forms()
-        form.feed(page.text)
-        login = {**form.fields, "username": USER, "password": PASSWORD}
-        done = http.post(urljoin(str(page.request.url), form.action), data=login)
-        done = http.get(urljoin(srv.issuer, done.headers["location"]))
-        code_from(done)  # first party: no consent page
-        return http.cookies
-
-
-async def mint_codes(
-    srv: Server, cookies: httpx.Cookies, count: int, parallel: int = 4
-) -> list[str]:
-    codes: list[str] = []
-    deadline = time.monotonic() + MINT_BUDGET
-    url = authorize_url(srv)
-
-    async def worker(http: httpx.AsyncClient) -> None:
-        while len(codes) < count and time.monotonic() < deadline:
-            started = await http.get(url)
-            if "location" not in started.headers:
-                raise SystemExit(f"/authorize: {started.status_code} {started.text[:300]}")
-            codes.append(
-                code_from(await http.get(urljoin(srv.issuer, started.headers["location"])))
-            )
-
-    async with httpx.AsyncClient(cookies=cookies, timeout=30) as http:
-        await asyncio.gather(*(worker(http) for _ in range(parallel)))
-    return codes
-
-
-def code_bodies(srv: Server, codes: list[str]) -> list[str]:
-    return [
-        urlencode(
-            {
-                "grant_type": "authorization_code",
-                "code": code,
-                "redirect_uri": REDIRECT_URI,
-                "code_verifier": VERIFIER,
-                "client_id": srv.client_id,
-                "resource": RESOURCE,
-            }
-        )
-        for code in codes
-    ]
-
-
-def refresh_bodies(srv: Server, tokens: list[str]) -> list[str]:
-    return [
-        urlencode({"grant_type": "refresh_token", "refresh_token": t, "client_id": srv.client_id})
-        for t in tokens
-    ]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+async def mint_codes(srv: Server, cookies: httpx.Cookies, count: int) -> list[str]:
+    """Up to ``count`` codes, as many as MINT_BUDGET seconds of minting yield."""
+    return await common.mint_codes(
+        srv.issuer, srv.client_id, cookies, count, parallel=MINT_PARALLEL, budget=MINT_BUDGET
+    )
 
 
 def wrk(
@@ -282,42 +112,12 @@ def wrk(
         "BENCH_PATH": srv.token_path,
         "BENCH_OUTPUT": str(sink) if harvest else "",
     }
-    command = [
-        "taskset",
-        "-c",
-        str(LOAD_CPU),
-        "wrk",
-        "-t1",
-        f"-c{connections}",
-        f"-d{duration}s",
-        "--timeout",
-        "10s",
-        "-s",
-        str(LUA),
-        srv.issuer + srv.token_path,
-    ]
-    before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    before_server = cpu_seconds(srv.process.pid)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    server_cpu = cpu_seconds(srv.process.pid) - before_server
-    match = re.search(r"^BENCH (\{.*\})$", done.stdout, re.MULTILINE)
-    if done.returncode != 0 or match is None:
-        raise SystemExit(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    result: dict[str, Any] = json.loads(match.group(1))
-    seconds = result["duration_us"] / 1e6
-    load_cpu = (after_children.ru_utime - before_children.ru_utime) + (
-        after_children.ru_stime - before_children.ru_stime
+    command = common.wrk_command(
+        str(LOAD_CPU), LUA, srv.issuer + srv.token_path, connections=connections, duration=duration
     )
-    result.update(
-        seconds=seconds,
-        # token runs count only answered token requests; the peer run counts GET /health
-        rps=(result["ok"] if bodies else result["requests"]) / seconds,
-        load_cpu=load_cpu / seconds,
-        server_cpu=server_cpu / seconds,
-        server_cpu_ms=server_cpu * 1000 / max(1, result["ok"] if bodies else result["requests"]),
-        refresh_tokens=sink.read_text().split() if harvest and sink.exists() else [],
-    )
+    # token runs count only answered token requests; the peer run counts GET /health
+    result = common.measure(command, env, srv.process.pid, counted="ok" if bodies else "requests")
+    result["refresh_tokens"] = sink.read_text().split() if harvest and sink.exists() else []
     return result
 
 
@@ -356,7 +156,7 @@ def calibrate(
 
 async def exchange_codes(srv: Server, codes: list[str], parallel: int = 16) -> list[str]:
     """Redeem codes outside any measurement, for their refresh tokens."""
-    bodies = code_bodies(srv, codes)
+    bodies = common.code_bodies(srv.client_id, codes)
     tokens: list[str] = []
 
     async def worker(http: httpx.AsyncClient) -> None:
@@ -399,7 +199,7 @@ def exchange_round(
 ) -> tuple[dict[str, Any], list[str]]:
     probe = calibrate(
         srv,
-        lambda n: code_bodies(srv, asyncio.run(mint_codes(srv, cookies, n))),
+        lambda n: common.code_bodies(srv.client_id, asyncio.run(mint_codes(srv, cookies, n))),
         args,
         workdir,
         "exchange",
@@ -418,7 +218,7 @@ def exchange_round(
             raise SystemExit(f"minted only {len(codes)} codes in {minted_in:.1f} s")
         result = wrk(
             srv,
-            code_bodies(srv, codes),
+            common.code_bodies(srv.client_id, codes),
             duration=duration,
             connections=args.connections,
             workdir=workdir,
@@ -438,13 +238,15 @@ def exchange_round(
 def refresh_round(
     srv: Server, pool: RefreshTokens, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
-    probe = calibrate(srv, lambda n: refresh_bodies(srv, pool.take(n)), args, workdir, "refresh")
+    probe = calibrate(
+        srv, lambda n: common.refresh_bodies(srv.client_id, pool.take(n)), args, workdir, "refresh"
+    )
     rate = probe["rate"]
     for _ in range(ATTEMPTS):
         need = int(rate * args.duration * 1.5) + 200
         result = wrk(
             srv,
-            refresh_bodies(srv, pool.take(need)),
+            common.refresh_bodies(srv.client_id, pool.take(need)),
             duration=args.duration,
             connections=args.connections,
             workdir=workdir,
@@ -468,14 +270,8 @@ def health_round(srv: Server, args: argparse.Namespace, workdir: Path) -> dict[s
     return result
 
 
-def fmt(results: list[dict[str, Any]], key: str, scale: float = 1.0, digits: int = 0) -> str:
-    values = [r[key] * scale for r in results]
-    median = statistics.median(values)
-    spread = f" ({min(values):.{digits}f}-{max(values):.{digits}f})" if len(values) > 1 else ""
-    return f"{median:.{digits}f}{spread}"
-
-
 def report(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
+    fmt = common.median_range
     health = statistics.median(r["rps"] for r in rows["GET /health (peer)"])
     lines = [
         f"{'EXPERIMENT serialized writes; ' if args.serialize_writes else ''}"
@@ -519,9 +315,7 @@ def main() -> int:
         help="experiment: serve with write transactions under one in-process lock",
     )
     args = parser.parse_args()
-    for tool in ("wrk", "taskset"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} is required (apt-get install -y wrk util-linux)")
+    common.require_tools("wrk", "taskset")
     os.sched_setaffinity(0, {LOAD_CPU})
     args.load_before = os.getloadavg()[0]
     rows: dict[str, list[dict[str, Any]]] = {
@@ -533,7 +327,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="mcpauth-bench-") as tmp:
             workdir = Path(tmp)
             with server(workdir, serialize_writes=args.serialize_writes) as srv:
-                cookies = sign_in(srv)
+                cookies = common.sign_in(srv.issuer, srv.client_id)
                 exchange, tokens = exchange_round(srv, cookies, args, workdir)
                 rows["authorization_code exchange"].append(exchange)
                 pool = RefreshTokens(srv, cookies, tokens)

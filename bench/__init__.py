@@ -1,0 +1,1 @@
+"""Benchmarks: each folder is one question; `bench.common` holds the helpers they share."""
