@@ -36,7 +36,7 @@ def freshness_lifetime(headers: Mapping[str, str], now: float) -> float | None:
     for name in ("s-maxage", "max-age"):
         if name in directives:
             value = directives[name]
-            return float(value) if value.isdigit() else 0.0
+            return float(value) if value.isascii() and value.isdigit() else 0.0
     if "expires" not in headers:
         return None
     expires = _http_date(headers.get("expires"))

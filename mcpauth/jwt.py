@@ -152,7 +152,8 @@ def _b64url(data: bytes) -> bytes:
 
 
 class CompactSigner:
-    """Signs claims as compact JWS (RFC 7515 §7.1) with one private key.
+    """Signs claims as compact JWS (RFC 7515 §7.1) with one private key, for the algorithms
+    this server signs access tokens with (``ALGORITHMS``).
 
     The token endpoint signs every access token, and PyJWT's general ``encode`` spends about
     half as long again as the signature itself re-deriving what is fixed per key: the header
@@ -166,9 +167,13 @@ class CompactSigner:
     def __init__(self, key: PrivateKey, *, alg: str, kid: str) -> None:
         self.alg, self.kid = alg, kid
         self._headers: dict[str, bytes] = {}
-        if alg == "ES256" and isinstance(key, ec.EllipticCurvePrivateKey):
+        if (
+            alg == "ES256"
+            and isinstance(key, ec.EllipticCurvePrivateKey)
+            and isinstance(key.curve, ec.SECP256R1)  # RFC 7518 §3.4: ES256 is P-256 only
+        ):
             ecdsa = ec.ECDSA(hashes.SHA256())
-            size = (key.curve.key_size + 7) // 8
+            size = 32
 
             def sign_es(data: bytes) -> bytes:
                 r, s = decode_dss_signature(key.sign(data, ecdsa))
@@ -201,8 +206,12 @@ class CompactSigner:
 def encode(
     claims: Mapping[str, Any], key: PrivateKey, *, alg: str, kid: str, typ: str = "at+jwt"
 ) -> str:
-    """Sign ``claims`` as a compact JWS with ``kid`` and ``typ`` in the header."""
-    return CompactSigner(key, alg=alg, kid=kid).sign(claims, typ)
+    """Sign ``claims`` as a compact JWS with ``kid`` and ``typ`` in the header: the server's
+    own algorithms through :class:`CompactSigner`, any other PyJWT algorithm (a client's
+    ES384 or PS256 assertion key, say) through PyJWT."""
+    if alg in ALGORITHMS:
+        return CompactSigner(key, alg=alg, kid=kid).sign(claims, typ)
+    return pyjwt.encode(dict(claims), key, algorithm=alg, headers={"kid": kid, "typ": typ})
 
 
 def unverified_header(token: str) -> dict[str, Any]:

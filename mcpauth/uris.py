@@ -30,12 +30,26 @@ def is_loopback_host(host: str | None) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=1024)  # the same few resources on every token request
+_MEMO_MAX_LENGTH = 256  # longer resource URIs are canonicalised afresh each time
+
+
 def canonical_resource(uri: str) -> str:
     """The canonical form of a resource indicator (RFC 8707 §2, MCP "Canonical Server URI").
 
     Lowercase scheme and host, default port dropped, no fragment; the path is kept exactly
-    (a trailing slash only where it was given). Results are memoised (errors are not).
+    (a trailing slash only where it was given). Short URIs, the real ones that every token
+    request repeats, are memoised; long ones (anybody can send 64 KiB) are not kept.
+
+    Raises:
+        URIError: not an absolute http(s) URI, or it has a fragment or userinfo.
+    """
+    if len(uri) <= _MEMO_MAX_LENGTH:
+        return _canonical_memo(uri)
+    return _canonical(uri)
+
+
+def _canonical(uri: str) -> str:
+    """:func:`canonical_resource` without the memo.
 
     Raises:
         URIError: not an absolute http(s) URI, or it has a fragment or userinfo.
@@ -57,6 +71,9 @@ def canonical_resource(uri: str) -> str:
         host = f"[{host}]"
     netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
     return urlunsplit((scheme, netloc, parts.path, parts.query, ""))
+
+
+_canonical_memo = functools.lru_cache(maxsize=512)(_canonical)
 
 
 def check_issuer(issuer: str) -> str:

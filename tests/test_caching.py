@@ -22,6 +22,8 @@ NOW = 1772366400.0  # 2026-03-01 12:00:00 UTC
         ({"cache-control": 'public, MAX-AGE="90"'}, 90.0),
         ({"cache-control": "max-age=600, s-maxage=30"}, 30.0),
         ({"cache-control": "max-age=-5"}, 0.0),
+        ({"cache-control": "max-age=\u00b2"}, 0.0),  # a digit to str.isdigit, not to float()
+        ({"cache-control": "max-age=\u0661\u0662"}, 0.0),  # Arabic-Indic digits: not delta-seconds
         ({"cache-control": "max-age=600, max-age=10"}, 600.0),
         ({"expires": "Sun, 01 Mar 2026 13:00:00 GMT"}, 3600.0),
         (
@@ -35,7 +37,7 @@ NOW = 1772366400.0  # 2026-03-01 12:00:00 UTC
 def test_freshness_lifetime_follows_rfc_9111(
     headers: dict[str, str], seconds: float | None
 ) -> None:
-    assert freshness_lifetime(httpx.Headers(headers), NOW) == seconds
+    assert freshness_lifetime(headers, NOW) == seconds  # lowercase names, as httpx gives them
 
 
 def test_directives_are_case_insensitive_and_unquoted() -> None:

@@ -7,7 +7,7 @@ import json
 
 import jwt as pyjwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from mcpauth import jwt
 
@@ -59,6 +59,24 @@ def test_a_key_that_cannot_make_the_algorithm_is_refused() -> None:
         jwt.CompactSigner(ec.generate_private_key(ec.SECP256R1()), alg="RS256", kid="k")
     with pytest.raises(ValueError, match="cannot sign"):
         jwt.CompactSigner(jwt.generate_private_key("EdDSA"), alg="ES256", kid="k")
+    with pytest.raises(ValueError, match="cannot sign"):  # RFC 7518 §3.4: ES256 means P-256
+        jwt.CompactSigner(ec.generate_private_key(ec.SECP384R1()), alg="ES256", kid="k")
+
+
+@pytest.mark.parametrize(
+    ("alg", "key"),
+    [
+        ("ES384", ec.generate_private_key(ec.SECP384R1())),
+        ("ES512", ec.generate_private_key(ec.SECP521R1())),
+        ("PS256", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        ("RS512", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+    ],
+)
+def test_encode_signs_other_algorithms_through_pyjwt(alg: str, key: jwt.PrivateKey) -> None:
+    """A client's private_key_jwt assertion may use any algorithm the server advertises."""
+    token = jwt.encode({"iss": "c", "sub": "c"}, key, alg=alg, kid="k", typ="JWT")
+    assert _segment(token, 0) == {"alg": alg, "kid": "k", "typ": "JWT"}
+    assert pyjwt.decode(token, key.public_key(), algorithms=[alg]) == {"iss": "c", "sub": "c"}
 
 
 def test_a_tampered_payload_fails_verification() -> None:

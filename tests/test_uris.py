@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcpauth import uris
 from mcpauth.uris import URIError, canonical_resource, is_loopback_host, well_known_url
 
 
@@ -59,3 +60,13 @@ def test_well_known_url_inserts_the_path(identifier: str, url: str) -> None:
 )
 def test_is_loopback_host(host: str | None, loopback: bool) -> None:
     assert is_loopback_host(host) is loopback
+
+
+def test_canonical_forms_are_memoised_for_short_uris_only() -> None:
+    uris._canonical_memo.cache_clear()
+    assert canonical_resource("HTTPS://MCP.Example.com:443/mcp") == "https://mcp.example.com/mcp"
+    assert canonical_resource("HTTPS://MCP.Example.com:443/mcp") == "https://mcp.example.com/mcp"
+    long = "https://mcp.example.com/" + "a" * 70_000
+    assert canonical_resource(long) == long
+    info = uris._canonical_memo.cache_info()
+    assert (info.hits, info.currsize) == (1, 1)  # the long one was never stored

@@ -11,7 +11,10 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
     RFC 6749 §2.3.1 requires; None if the header is not well-formed Basic."""
     if not authorization:
         return None
-    client_id, secret = extract_basic_authorization({"Authorization": authorization})
+    try:
+        client_id, secret = extract_basic_authorization({"Authorization": authorization})
+    except UnicodeDecodeError:  # credentials that are not UTF-8
+        return None
     if not isinstance(client_id, str) or not isinstance(secret, str) or not client_id:
         return None
     return client_id, secret

@@ -36,6 +36,12 @@ class TTLCache(Generic[K, V]):
                 self._entries.popitem(last=False)
         return value
 
+    def fresh(self, key: K) -> V | None:
+        """The value of a fresh entry, without loading; None if there is none."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry[1] if entry is not None and entry[0] > time.monotonic() else None
+
     def holds(self, key: K) -> bool:
         """True if ``key`` has a fresh entry (a lookup would not load)."""
         with self._lock:

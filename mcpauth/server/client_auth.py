@@ -78,12 +78,17 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
 def answerable_from_memory(
     ctx: ServerContext, credentials: PresentedCredentials, address: str
 ) -> bool:
-    """True if authenticating these credentials reads nothing from the database or network
-    (a secret-authenticated client whose row and lockout state are cached)."""
+    """True if authenticating these credentials touches neither the database nor the network:
+    a secret-authenticated client whose row and lockout state are cached and whose secret is
+    right (a wrong one is counted with a database write, which must not run on the event loop).
+    """
+    if credentials.method not in SECRET_METHODS:
+        return False
+    client = ctx.clients.cached(credentials.client_id)
     return (
-        credentials.method in SECRET_METHODS
-        and ctx.clients.is_cached(credentials.client_id)
+        client is not None
         and ctx.lockouts.are_cached(_keys(credentials, address))
+        and matches(credentials.secret or "", client.secret_digest)
     )
 
 

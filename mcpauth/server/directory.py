@@ -63,9 +63,9 @@ class ClientDirectory:
             session.merge(client)
         return client
 
-    def is_cached(self, client_id: str) -> bool:
-        """True if :meth:`find` would answer from memory."""
-        return not is_cimd_client_id(client_id) and self._clients.holds(client_id)
+    def cached(self, client_id: str) -> Client | None:
+        """The registered client from memory only; None if it is not cached (or unknown)."""
+        return None if is_cimd_client_id(client_id) else self._clients.fresh(client_id)
 
     def forget(self, client_id: str) -> None:
         """Drop a cached client (after this process changed or deleted it)."""

@@ -3,7 +3,6 @@ password: audit events carry identifiers (client, user, grant, jti) only."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import re
@@ -72,12 +71,6 @@ class RequestIdMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        # ids need to be unique, not secret: a random per-process prefix and a counter
-        self._prefix = secrets.token_hex(4)
-        self._counter = itertools.count(1)
-
-    def _next_id(self) -> str:
-        return f"{self._prefix}{next(self._counter):08x}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -85,7 +78,7 @@ class RequestIdMiddleware:
             return
         incoming = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
         text = incoming.decode("latin-1")
-        request_id = text if incoming and _VALID_ID.match(text) else self._next_id()
+        request_id = text if incoming and _VALID_ID.match(text) else secrets.token_hex(8)
         header = (b"x-request-id", request_id.encode())
         token = request_id_var.set(request_id)
 

@@ -95,6 +95,14 @@ class SharedCounters:
             self._known = {s: n for s, n in {**self._known, **totals}.items() if s[1] + 3600 > now}
 
 
+def _route_path(scope: Scope) -> str:
+    """The path the routes see: without the ``root_path`` an app mounted below a prefix gets
+    (ASGI puts it in front of ``path``)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 class RateLimitMiddleware:
     """Pure ASGI: checks ``rates`` (path -> Rate) before the endpoint runs."""
 
@@ -139,7 +147,7 @@ class RateLimitMiddleware:
             self._syncing = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = self._rate(scope["path"]) if scope["type"] == "http" else None
+        found = self._rate(_route_path(scope)) if scope["type"] == "http" else None
         if found is None or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return

@@ -47,6 +47,18 @@ async def test_row19_registration_is_rate_limited_per_address_with_retry_after(
     assert elsewhere.status_code == 201
 
 
+async def test_rate_limits_apply_to_an_app_mounted_below_a_root_path(
+    make_settings: Callable[..., Settings],
+) -> None:
+    app = create_app(make_settings(rate_limit_register=2))
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 4000), root_path="/auth")
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        statuses = [
+            (await http.post("/auth/register", json=REGISTRATION)).status_code for _ in range(3)
+        ]
+    assert statuses == [201, 201, 429]
+
+
 async def test_rate_limits_are_shared_by_replicas_on_one_database(
     make_settings: Callable[..., Settings],
 ) -> None:
@@ -90,8 +102,8 @@ async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> N
     token = await http.post("/token", data={"grant_type": "client_credentials"})
     kept = await http.get("/health", headers={"X-Request-ID": "abc-123"})
     replaced = await http.get("/health", headers={"X-Request-ID": "bad id\nwith newline"})
-    assert len(generated.headers["x-request-id"]) == 16
-    assert token.headers["x-request-id"] not in (generated.headers["x-request-id"], None)
+    assert len(generated.headers["x-request-id"]) == len(token.headers["x-request-id"]) == 16
+    assert token.headers["x-request-id"] != generated.headers["x-request-id"]
     assert kept.headers["x-request-id"] == "abc-123"
     assert replaced.headers["x-request-id"] != "bad id\nwith newline"
 
