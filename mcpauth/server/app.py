@@ -60,7 +60,11 @@ def ensure_schema(engine: Engine) -> None:
 
 
 def _middleware(
-    settings: Settings, engine: Engine, clock: Callable[[], float], metrics: Metrics | None
+    settings: Settings,
+    engine: Engine,
+    clock: Callable[[], float],
+    metrics: Metrics | None,
+    token_route: Route,
 ) -> list[Middleware]:
     """Outermost first: request ids, metrics, then rate limits before any endpoint work,
     then the token endpoint's direct route."""
@@ -84,7 +88,7 @@ def _middleware(
             clock=clock,
         )
     )
-    stack.append(Middleware(DirectRoute, route=_token_route(settings)))
+    stack.append(Middleware(DirectRoute, route=token_route))
     return stack
 
 
@@ -113,11 +117,11 @@ def _token_route(settings: Settings) -> Route:
     return Route(f"{path_of(settings.issuer)}/token", token.token, methods=["POST", "OPTIONS"])
 
 
-def _routes(settings: Settings) -> list[BaseRoute]:
+def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
     base = path_of(settings.issuer)
     discovery = cors(metadata.metadata)
     routes: list[BaseRoute] = [
-        _token_route(settings),
+        token_route,  # also reached directly, by DirectRoute
         # RFC 8414 §3.1 path insertion; OpenID Connect discovery in both path forms
         Route(
             f"/.well-known/oauth-authorization-server{base}", discovery, methods=["GET", "OPTIONS"]
@@ -207,7 +211,8 @@ def create_app(
             db.dispose()
 
     metrics = Metrics() if settings.metrics else None
-    routes = _routes(settings)
+    token_route = _token_route(settings)
+    routes = _routes(settings, token_route)
     if metrics is not None:
         routes.append(Route(f"{path_of(settings.issuer)}/metrics", metrics_endpoint(metrics)))
         audit_logger = logging.getLogger("mcpauth.audit")
@@ -216,7 +221,7 @@ def create_app(
             audit_logger.setLevel(logging.INFO)  # counted even when not written
     app = Starlette(
         routes=routes,
-        middleware=_middleware(settings, engine, clock, metrics),
+        middleware=_middleware(settings, engine, clock, metrics, token_route),
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )

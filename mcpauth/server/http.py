@@ -18,7 +18,7 @@ from mcpauth.errors import InvalidRequest, OAuthError
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
 CORS_HEADERS = {
-    "Access-Control-Allow-Origin": "*",
+    **ALLOW_ANY_ORIGIN,
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, MCP-Protocol-Version",
     "Access-Control-Max-Age": "86400",
@@ -66,8 +66,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     return await receive_body(request.receive, request.headers.get("content-length"), limit)
 
 
+def bare_media_type(content_type: str) -> str:
+    """``type/subtype`` of a Content-Type value, lowercase, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def media_type(request: Request) -> str:
-    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return bare_media_type(request.headers.get("content-type", ""))
 
 
 def single_valued(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -93,7 +98,7 @@ def require_form(content_type: str) -> None:
     """Raises:
     UnsupportedMediaType: ``content_type`` is not ``application/x-www-form-urlencoded``.
     """
-    if content_type.split(";", 1)[0].strip().lower() != "application/x-www-form-urlencoded":
+    if bare_media_type(content_type) != "application/x-www-form-urlencoded":
         raise UnsupportedMediaType("The request body must be application/x-www-form-urlencoded")
 
 
