@@ -1,5 +1,5 @@
 """HTML pages (Jinja2) with the headers every interaction page carries: no framing
-(RFC 9700 §4.16), no caching, no referrer."""
+(RFC 9700 §4.16), no caching, no referrer to other sites."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
     "Pragma": "no-cache",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # the forms' Origin: see mcpauth.server.csrf
     "X-Content-Type-Options": "nosniff",
 }
 

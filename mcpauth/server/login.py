@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server import throttle
+from mcpauth.server import csrf, throttle
 from mcpauth.server.context import ServerContext
 from mcpauth.server.html import error_page
 from mcpauth.server.observability import audit
@@ -31,10 +31,19 @@ class LoginOutcome:
     status: int = 200
 
 
-def origin_allowed(ctx: ServerContext, request: Request) -> bool:
-    """A browser's form POST must come from this server's own pages."""
-    sent = request.headers.get("origin")
-    return sent is None or sent == origin(ctx.settings.issuer)
+def refuse_cross_site(ctx: ServerContext, request: Request) -> Response | None:
+    """The page for a form POST that did not come from this server's own pages (logged with
+    its reason), or None when it did (see :mod:`mcpauth.server.csrf`)."""
+    reason = csrf.cross_site_reason(request.headers, origin(ctx.settings.issuer))
+    if reason is None:
+        return None
+    csrf.refuse_logged(reason, request.url.path)
+    return error_page(
+        "invalid_request",
+        "This form was sent from another website, so it was refused. "
+        "Go back to the application and start again.",
+        403,
+    )
 
 
 def client_ip(request: Request) -> str:
@@ -82,8 +91,9 @@ async def attempt_login(
     ctx: ServerContext, request: Request, browser: BrowserSession, purpose: str
 ) -> LoginOutcome | Response:
     """Check a posted login form; on success the session is signed in (id rotated)."""
-    if not origin_allowed(ctx, request):
-        return error_page("invalid_request", "Cross-site form submissions are refused.", 403)
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):

@@ -5,8 +5,6 @@ user id and sign-in time. ``__Host-`` prefix and ``Secure`` on https; always ``H
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 from dataclasses import dataclass
 
@@ -14,6 +12,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth.server import csrf
 from mcpauth.server.context import ServerContext
 
 
@@ -85,13 +84,10 @@ def save_session(ctx: ServerContext, session: BrowserSession, response: Response
 
 
 def csrf_token(ctx: ServerContext, session: BrowserSession, purpose: str) -> str:
-    message = f"{session.sid}:{purpose}".encode()
-    return hmac.new(ctx.cookie_secret, message, hashlib.sha256).hexdigest()
+    return csrf.csrf_token(ctx.cookie_secret, session.sid, purpose)
 
 
 def csrf_valid(
     ctx: ServerContext, session: BrowserSession, purpose: str, token: str | None
 ) -> bool:
-    if not token:
-        return False
-    return hmac.compare_digest(csrf_token(ctx, session, purpose), token)
+    return csrf.csrf_valid(ctx.cookie_secret, session.sid, purpose, token)

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from mcpauth.server.authorization import see_other
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.html import error_page, render
-from mcpauth.server.login import attempt_login, origin_allowed
+from mcpauth.server.login import attempt_login, refuse_cross_site
 from mcpauth.server.session import (
     BrowserSession,
     csrf_token,
@@ -106,12 +106,20 @@ async def login(request: Request) -> Response:
     return response
 
 
-async def _checked_form(ctx: ServerContext, request: Request, browser: BrowserSession) -> bool:
-    if not origin_allowed(ctx, request) or browser.user_id is None:
-        return False
+async def _refused_form(
+    ctx: ServerContext, request: Request, browser: BrowserSession
+) -> Response | None:
+    """The page refusing an account form (cross-site, signed out, stale token), or None."""
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token = form.get("csrf_token")
-    return csrf_valid(ctx, browser, ACCOUNT_PURPOSE, token if isinstance(token, str) else None)
+    if browser.user_id is None or not csrf_valid(
+        ctx, browser, ACCOUNT_PURPOSE, token if isinstance(token, str) else None
+    ):
+        return error_page("invalid_request", "The form has expired. Reload the page.", 403)
+    return None
 
 
 def _revoke(ctx: ServerContext, user_id: str, grant_id: str) -> bool:
@@ -127,8 +135,9 @@ def _revoke(ctx: ServerContext, user_id: str, grant_id: str) -> bool:
 async def revoke(request: Request) -> Response:
     ctx = get_context(request)
     browser = load_session(ctx, request)
-    if not await _checked_form(ctx, request, browser):
-        return error_page("invalid_request", "The form has expired. Reload the page.", 403)
+    refused = await _refused_form(ctx, request, browser)
+    if refused is not None:
+        return refused
     found = await run_blocking(_revoke, ctx, browser.user_id or "", request.path_params["grant_id"])
     if not found:
         return error_page("invalid_request", "No such connected application.", 404)
@@ -138,8 +147,9 @@ async def revoke(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     ctx = get_context(request)
     browser = load_session(ctx, request)
-    if not await _checked_form(ctx, request, browser):
-        return error_page("invalid_request", "The form has expired. Reload the page.", 403)
+    refused = await _refused_form(ctx, request, browser)
+    if refused is not None:
+        return refused
     browser.sign_out()
     response = see_other(ctx.endpoint_url("account"))
     save_session(ctx, browser, response)

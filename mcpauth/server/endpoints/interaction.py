@@ -19,7 +19,7 @@ from mcpauth.server.authorization import (
 )
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.html import error_page, render
-from mcpauth.server.login import attempt_login, origin_allowed
+from mcpauth.server.login import attempt_login, refuse_cross_site
 from mcpauth.server.observability import audit
 from mcpauth.server.redirects import all_loopback
 from mcpauth.server.session import (
@@ -239,8 +239,9 @@ async def consent(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
     browser = load_session(ctx, request)
-    if not origin_allowed(ctx, request):
-        return error_page("invalid_request", "Cross-site form submissions are refused.", 403)
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     token = form.get("csrf_token")
     action = form.get("action")
