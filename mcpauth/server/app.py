@@ -30,6 +30,7 @@ from mcpauth.server.endpoints import (
     revoke,
     token,
 )
+from mcpauth.server.html import Brand, BrandMiddleware, brand_var, error_page, favicon
 from mcpauth.server.http import cors, error_response, oauth_errors
 from mcpauth.server.metrics import AuditCounter, Metrics, MetricsMiddleware
 from mcpauth.server.metrics import endpoint as metrics_endpoint
@@ -89,7 +90,20 @@ def _middleware(
         )
     )
     stack.append(Middleware(DirectRoute, route=token_route))
+    stack.append(Middleware(BrandMiddleware, brand=brand_of(settings)))  # not on /token
     return stack
+
+
+def brand_of(settings: Settings) -> Brand:
+    """The service's branding on every page (settings ``service_name``, ``logo_url``,
+    ``accent_color``)."""
+    return Brand(
+        service_name=settings.service_name,
+        issuer=settings.issuer,
+        logo_url=settings.logo_url,
+        accent=settings.accent_color,
+        favicon_url=f"{path_of(settings.issuer)}/favicon.svg",
+    )
 
 
 class DirectRoute:
@@ -143,7 +157,9 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/account", account.page, methods=["GET"]),
         Route(f"{base}/account/login", account.login, methods=["POST"]),
         Route(f"{base}/account/logout", account.logout, methods=["POST"]),
-        Route(f"{base}/account/grants/{{grant_id}}/revoke", account.revoke, methods=["POST"]),
+        Route(f"{base}/account/revoke", account.confirm_revoke, methods=["GET"]),
+        Route(f"{base}/account/revoke", account.revoke, methods=["POST"]),
+        Route(f"{base}/favicon.svg", _favicon, methods=["GET"]),
     ]
     if base:
         routes.append(
@@ -167,8 +183,23 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
     return routes
 
 
+async def _favicon(request: Request) -> Response:
+    return favicon(brand_var.get())
+
+
+def _wants_html(request: Request) -> bool:
+    return request.method == "GET" and "text/html" in request.headers.get("accept", "")
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 400
+    if status == 404 and _wants_html(request):  # a person who followed a wrong link
+        return error_page(
+            "not_found",
+            "There is no page at this address. Check the link, or go back to the "
+            "application you came from.",
+            404,
+        )
     error = InvalidRequest(
         "Not found" if status == 404 else "Method not allowed" if status == 405 else "Bad request"
     )

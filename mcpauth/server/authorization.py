@@ -89,8 +89,12 @@ def issue_code(
     user_id: str,
     auth_time: int,
     interaction_id: str,
+    *,
+    approved_as: str | None = None,
 ) -> str:
-    """Create the grant and its single authorization code; consume the interaction."""
+    """Create the grant and its single authorization code; consume the interaction. When the
+    user has just approved (``approved_as`` is the client name the consent page showed), the
+    consent is remembered with the request's exact redirect URI."""
     now = ctx.now()
     code = new_token()
     grant = Grant(
@@ -123,8 +127,18 @@ def issue_code(
                 expires_at=now + ctx.settings.authorization_code_ttl,
             )
         )
-        scopes = set(request.scopes) | ({"offline_access"} if request.offline else set())
-        grants.remember_consent(session, user_id, request.client_id, request.resource, scopes, now)
+        if approved_as is not None:
+            scopes = set(request.scopes) | ({"offline_access"} if request.offline else set())
+            grants.remember_consent(
+                session,
+                user_id,
+                request.client_id,
+                request.resource,
+                scopes,
+                now,
+                redirect_uri=request.redirect_uri,
+                client_name=approved_as,
+            )
     return code
 
 

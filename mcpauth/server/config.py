@@ -14,6 +14,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcpauth.errors import ConfigurationError
+from mcpauth.server.html import is_colour
 from mcpauth.uris import check_issuer
 
 ENV_PREFIX = "MCPAUTH_"
@@ -47,6 +48,10 @@ class Settings(BaseModel):
     refresh_token_idle_ttl: int = Field(default=14 * 86400, ge=60)
     interaction_ttl: int = Field(default=600, ge=60, le=3600)
     session_ttl: int = Field(default=8 * 3600, ge=60)
+    # How long a remembered consent spares the consent page for a client whose identity cannot
+    # be proven (public, loopback or custom-scheme redirect), and only for the exact redirect
+    # URI approved; 0 asks every time
+    unproven_client_consent_window: int = Field(default=600, ge=0, le=86400)
     key_rotation_delay: int = Field(default=0, ge=0)
     registration_policy: RegistrationPolicy = "open"
     initial_access_token: str | None = None
@@ -73,11 +78,31 @@ class Settings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
     metrics: bool = False  # Prometheus metrics at <issuer path>/metrics (needs prometheus-client)
+    # What people see on the sign-in, consent and account pages
+    service_name: str = Field(default="mcpauth", min_length=1, max_length=60)
+    logo_url: str | None = None  # an https URL, or a path on this server
+    accent_color: str = "#2f5bd3"  # buttons and the icon; #rrggbb
 
     @field_validator("issuer")
     @classmethod
     def _issuer(cls, value: str) -> str:
         return check_issuer(value)
+
+    @field_validator("logo_url")
+    @classmethod
+    def _logo_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if value.startswith("https://") or (value.startswith("/") and not value.startswith("//")):
+            return value
+        raise ValueError("must be an https URL or a path starting with /")
+
+    @field_validator("accent_color")
+    @classmethod
+    def _accent_color(cls, value: str) -> str:
+        if not is_colour(value):
+            raise ValueError("must be a colour written #rrggbb")
+        return value.lower()
 
     @property
     def is_https(self) -> bool:

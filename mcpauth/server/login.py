@@ -5,13 +5,14 @@ verification off the event loop (attacks.md rows 10 and 20)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server import csrf, throttle
 from mcpauth.server.context import ServerContext
-from mcpauth.server.html import error_page
+from mcpauth.server.html import error_page, render
 from mcpauth.server.observability import audit
 from mcpauth.server.passwords import verify_password
 from mcpauth.server.session import BrowserSession, csrf_valid
@@ -43,7 +44,18 @@ def refuse_cross_site(ctx: ServerContext, request: Request) -> Response | None:
         "This form was sent from another website, so it was refused. "
         "Go back to the application and start again.",
         403,
+        title="This form came from another website",
     )
+
+
+def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
+    """429 with the wait in words, the time it ends and a way to try again."""
+    minutes = -(-seconds // 60)
+    wait = f"{seconds} seconds" if seconds < 120 else f"about {minutes} minutes"
+    until = datetime.fromtimestamp(ctx.now() + seconds, UTC).strftime("%H:%M:%S UTC")
+    page = render("locked.html", 429, wait=wait, until=until, retry_url=retry_url)
+    page.headers["Retry-After"] = str(seconds)
+    return page
 
 
 def client_ip(request: Request) -> str:
@@ -88,9 +100,15 @@ def _succeed(ctx: ServerContext, account_key: str) -> None:
 
 
 async def attempt_login(
-    ctx: ServerContext, request: Request, browser: BrowserSession, purpose: str
+    ctx: ServerContext,
+    request: Request,
+    browser: BrowserSession,
+    purpose: str,
+    *,
+    retry_url: str,
 ) -> LoginOutcome | Response:
-    """Check a posted login form; on success the session is signed in (id rotated)."""
+    """Check a posted login form; on success the session is signed in (id rotated). A locked
+    account or address gets a page with the wait and a link to ``retry_url``."""
     refused = refuse_cross_site(ctx, request)
     if refused is not None:
         return refused
@@ -98,28 +116,29 @@ async def attempt_login(
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):
         return error_page(
-            "invalid_request", "The form has expired. Reload the page and try again.", 403
+            "invalid_request",
+            "The sign-in form had expired or was sent twice, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=retry_url,
+            back_label="Sign in again",
         )
     username = fields.get("username", "").strip()
     password = fields.get("password", "")
     if not username or not password or len(password) > MAX_PASSWORD or len(username) > 200:
-        return LoginOutcome(
-            error="Enter your username and password.", username=username[:200], status=400
-        )
+        return LoginOutcome(error="Enter your username and password.", username=username[:200])
     keys = (f"login:account:{username.lower()}", f"login:ip:{client_ip(request)}")
     locked = await run_blocking(_locked, ctx, keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
-        page = error_page(
-            "too_many_requests", f"Too many failed sign-ins. Try again in {locked} seconds.", 429
-        )
-        page.headers["Retry-After"] = str(locked)
-        return page
+        return locked_page(ctx, locked, retry_url)
     user_id, password_hash = await run_blocking(_password_hash, ctx, username)
     if not await verify_password(password, password_hash) or user_id is None:
         await run_blocking(_fail, ctx, keys)
         audit("login.failure", username=username, address=client_ip(request))
-        return LoginOutcome(error="Wrong username or password.", username=username, status=401)
+        # the form again, with the error: 200, as a 401 needs a WWW-Authenticate challenge
+        # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
+        return LoginOutcome(error="Wrong username or password.", username=username)
     await run_blocking(_succeed, ctx, keys[0])
     browser.sign_in(user_id, ctx.now())
     audit("login.success", user_id=user_id, address=client_ip(request))

@@ -284,7 +284,7 @@ async def test_row12_every_html_page_forbids_framing_and_caching(
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         assert page.headers["x-frame-options"] == "DENY"
         assert page.headers["cache-control"] == "no-store"
-        assert page.headers["referrer-policy"] == "no-referrer"
+        assert page.headers["referrer-policy"] == "same-origin"
 
 
 async def test_post_to_the_authorization_endpoint_works_like_get(

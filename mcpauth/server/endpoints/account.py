@@ -1,18 +1,23 @@
-"""The account page: a signed-in user sees the clients connected to their account and revokes
-a grant (its refresh tokens die at once)."""
+"""The account page: a signed-in user sees each application connected to their account and
+revokes one after a confirmation (its grants end and its refresh tokens die at once)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from urllib.parse import urlencode
 
+from sqlmodel import Session
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.authorization import see_other
 from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.display import ClientView
+from mcpauth.server.endpoints.interaction import client_view_of
 from mcpauth.server.html import error_page, render
 from mcpauth.server.login import attempt_login, refuse_cross_site
+from mcpauth.server.observability import audit
 from mcpauth.server.session import (
     BrowserSession,
     csrf_token,
@@ -21,7 +26,7 @@ from mcpauth.server.session import (
     save_session,
 )
 from mcpauth.server.storage import grants
-from mcpauth.server.storage.accounts import get_client
+from mcpauth.server.storage.accounts import get_client, get_resource
 from mcpauth.server.storage.models import Grant, User
 from mcpauth.server.threads import run_blocking
 
@@ -35,11 +40,13 @@ def _login_page(
     error: str = "",
     username: str = "",
     status: int = 200,
+    notice: str = "",
 ) -> Response:
     return render(
         "login.html",
         status,
         client_name="",
+        notice=notice,
         error=error,
         username=username,
         action=ctx.endpoint_url("account/login"),
@@ -47,29 +54,92 @@ def _login_page(
     )
 
 
-def _grants_view(ctx: ServerContext, user_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+@dataclass
+class Access:
+    resource_name: str
+    scopes: str
+
+
+@dataclass
+class Application:
+    """One connected application: every live grant of the user for one client."""
+
+    view: ClientView
+    access: list[Access]
+    last_used: str
+    revoke_url: str
+
+    @property
+    def client_id(self) -> str:
+        return self.view.client_id
+
+    @property
+    def name(self) -> str:
+        return self.view.name
+
+    @property
+    def unverified(self) -> bool:
+        return self.view.unverified
+
+    @property
+    def origin(self) -> str:
+        return self.view.origin
+
+    @property
+    def label(self) -> str:
+        return self.view.label
+
+
+def _applications(
+    ctx: ServerContext, session: Session, user_id: str, only: str | None = None
+) -> list[Application]:
+    by_client: dict[str, list[Grant]] = {}
+    for grant in grants.user_grants(session, user_id):
+        if only is None or grant.client_id == only:
+            by_client.setdefault(grant.client_id, []).append(grant)
+    apps = []
+    for client_id, rows in by_client.items():
+        client = get_client(session, client_id)
+        if client is None:
+            continue
+        scopes: dict[str, set[str]] = {}
+        for grant in rows:
+            scopes.setdefault(grant.resource, set()).update(grant.scope.split())
+        access = []
+        for uri, granted in scopes.items():
+            resource = get_resource(session, uri)
+            names = resource.scopes if resource else {}
+            access.append(
+                Access(
+                    resource.name if resource and resource.name else uri,
+                    ", ".join(names.get(s) or s for s in sorted(granted)),
+                )
+            )
+        used = max(grant.last_used_at for grant in rows)
+        apps.append(
+            Application(
+                client_view_of(client),
+                access,
+                datetime.fromtimestamp(used, UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                ctx.endpoint_url("account/revoke") + "?" + urlencode({"client_id": client_id}),
+            )
+        )
+    return apps
+
+
+def _account_view(
+    ctx: ServerContext, user_id: str, revoked: str | None
+) -> tuple[str, list[Application], str] | None:
     with ctx.db.read() as session:
         user = session.get(User, user_id)
         if user is None:
             return None
-        rows = []
-        for grant in grants.user_grants(session, user_id):
-            client = get_client(session, grant.client_id)
-            rows.append(
-                {
-                    "client_id": grant.client_id,
-                    "client_name": client.client_name
-                    if client and client.client_name
-                    else "Unnamed client",
-                    "resource": grant.resource,
-                    "scope": grant.scope,
-                    "last_used": datetime.fromtimestamp(grant.last_used_at, UTC).strftime(
-                        "%Y-%m-%d %H:%M UTC"
-                    ),
-                    "revoke_action": ctx.endpoint_url(f"account/grants/{grant.id}/revoke"),
-                }
-            )
-    return user.username, rows
+        notice = ""
+        if revoked is not None:
+            client = get_client(session, revoked)
+            name = client_view_of(client).name if client else "The application"
+            notice = f"Access for {name} was revoked."
+        return user.username, _applications(ctx, session, user_id), notice
 
 
 async def page(request: Request) -> Response:
@@ -77,15 +147,18 @@ async def page(request: Request) -> Response:
     browser = load_session(ctx, request)
     view = None
     if browser.user_id is not None:
-        view = await run_blocking(_grants_view, ctx, browser.user_id)
+        revoked = request.query_params.get("revoked")
+        view = await run_blocking(_account_view, ctx, browser.user_id, revoked)
     if view is None:
-        response = _login_page(ctx, browser)
+        notice = "You have signed out." if "signed_out" in request.query_params else ""
+        response = _login_page(ctx, browser, notice=notice)
     else:
-        username, rows = view
+        username, apps, notice = view
         response = render(
             "account.html",
             username=username,
-            grants=rows,
+            apps=apps,
+            notice=notice,
             csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
             logout_action=ctx.endpoint_url("account/logout"),
         )
@@ -93,10 +166,48 @@ async def page(request: Request) -> Response:
     return response
 
 
+def _application(ctx: ServerContext, user_id: str, client_id: str) -> Application | None:
+    with ctx.db.read() as session:
+        found = _applications(ctx, session, user_id, only=client_id)
+    return found[0] if found else None
+
+
+async def confirm_revoke(request: Request) -> Response:
+    """Ask before revoking: what the application loses, a confirm button, a way back."""
+    ctx = get_context(request)
+    browser = load_session(ctx, request)
+    client_id = request.query_params.get("client_id", "")
+    if browser.user_id is None:
+        return see_other(ctx.endpoint_url("account"))
+    app = await run_blocking(_application, ctx, browser.user_id, client_id)
+    if app is None:
+        return _no_such_application(ctx)
+    return render(
+        "revoke.html",
+        app=app,
+        action=ctx.endpoint_url("account/revoke"),
+        account_url=ctx.endpoint_url("account"),
+        csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
+    )
+
+
+def _no_such_application(ctx: ServerContext) -> Response:
+    return error_page(
+        "invalid_request",
+        "This application is not connected to your account (any more).",
+        404,
+        title="Application not found",
+        back_url=ctx.endpoint_url("account"),
+        back_label="Back to your applications",
+    )
+
+
 async def login(request: Request) -> Response:
     ctx = get_context(request)
     browser = load_session(ctx, request)
-    outcome = await attempt_login(ctx, request, browser, LOGIN_PURPOSE)
+    outcome = await attempt_login(
+        ctx, request, browser, LOGIN_PURPOSE, retry_url=ctx.endpoint_url("account")
+    )
     if isinstance(outcome, Response):
         return outcome
     if outcome.error:
@@ -122,14 +233,14 @@ async def _refused_form(
     return None
 
 
-def _revoke(ctx: ServerContext, user_id: str, grant_id: str) -> bool:
+def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
+    """Revoke every grant of the user for the client and forget the consents."""
     with ctx.db.write() as session:
-        grant = session.get(Grant, grant_id)
-        if grant is None or grant.user_id != user_id:
-            return False
-        grants.revoke_grant(session.connection(), grant_id, ctx.now())
-        grants.forget_consent(session, user_id, grant.client_id, grant.resource)
-    return True
+        rows = [g for g in grants.user_grants(session, user_id) if g.client_id == client_id]
+        for grant in rows:
+            grants.revoke_grant(session.connection(), grant.id, ctx.now())
+            grants.forget_consent(session, user_id, grant.client_id, grant.resource)
+    return bool(rows)
 
 
 async def revoke(request: Request) -> Response:
@@ -138,10 +249,14 @@ async def revoke(request: Request) -> Response:
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:
         return refused
-    found = await run_blocking(_revoke, ctx, browser.user_id or "", request.path_params["grant_id"])
+    client_id = (await request.form()).get("client_id")
+    if not isinstance(client_id, str) or not client_id:
+        return _no_such_application(ctx)
+    found = await run_blocking(_revoke, ctx, browser.user_id or "", client_id)
     if not found:
-        return error_page("invalid_request", "No such connected application.", 404)
-    return see_other(ctx.endpoint_url("account"))
+        return _no_such_application(ctx)
+    audit("account.revoked", user_id=browser.user_id, client_id=client_id)
+    return see_other(ctx.endpoint_url("account") + "?" + urlencode({"revoked": client_id}))
 
 
 async def logout(request: Request) -> Response:
@@ -151,6 +266,6 @@ async def logout(request: Request) -> Response:
     if refused is not None:
         return refused
     browser.sign_out()
-    response = see_other(ctx.endpoint_url("account"))
+    response = see_other(ctx.endpoint_url("account") + "?signed_out=1")
     save_session(ctx, browser, response)
     return response

@@ -18,6 +18,7 @@ from mcpauth.server.authorization import (
     see_other,
 )
 from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.display import ClientView, client_view, redirect_view
 from mcpauth.server.html import error_page, render
 from mcpauth.server.login import attempt_login, refuse_cross_site
 from mcpauth.server.observability import audit
@@ -55,21 +56,49 @@ def _load(ctx: ServerContext, interaction_id: str) -> tuple[Interaction, Client]
 def _expired() -> Response:
     return error_page(
         "invalid_request",
-        "This sign-in request has expired or was already used. Start again from the application.",
+        "This sign-in request has expired or was already used. "
+        "Go back to the application and start again.",
+        title="This page has expired",
     )
+
+
+def identity_unproven(client: Client, redirect_uri: str) -> bool:
+    """A public client answered at a loopback or custom-scheme address: any program on the
+    user's device could be it (RFC 8252 §8.6), so consent is not given silently for long."""
+    return client.token_endpoint_auth_method == "none" and not redirect_uri.startswith("https://")
 
 
 def _needs_consent(
     ctx: ServerContext, req: AuthorizationRequest, client: Client, user_id: str
 ) -> bool:
+    """Whether to show the consent page. A remembered consent holds only for what the page
+    showed: the same client name and redirect host (the exact redirect URI, and only for a
+    short while, when the client's identity cannot be proven) — RFC 6749 §10.2."""
     if client.first_party:
         return False
     if req.prompt == "consent":
         return True
     with ctx.db.read() as session:
-        granted = grants.consented_scopes(session, user_id, client.client_id, req.resource)
+        consent = grants.get_consent(session, user_id, client.client_id, req.resource)
+    if consent is None or consent.client_name != client_view_of(client).name:
+        return True
     wanted = set(req.scopes) | ({"offline_access"} if req.offline else set())
-    return not wanted <= granted
+    if not wanted <= set(consent.scope.split()):
+        return True
+    if identity_unproven(client, req.redirect_uri):
+        window = ctx.settings.unproven_client_consent_window
+        return consent.redirect_uri != req.redirect_uri or ctx.now() - consent.updated_at > window
+    return urlsplit(consent.redirect_uri).netloc != urlsplit(req.redirect_uri).netloc
+
+
+def client_view_of(client: Client) -> ClientView:
+    return client_view(
+        client.client_id,
+        client.client_name,
+        client.source,
+        client.redirect_uris,
+        client.client_metadata,
+    )
 
 
 def _consent_page(
@@ -82,20 +111,30 @@ def _consent_page(
     with ctx.db.read() as session:
         user = session.get(User, browser.user_id)
         resource = get_resource(session, req.resource)
+        granted = grants.consented_scopes(
+            session, browser.user_id or "", client.client_id, req.resource
+        )
     descriptions = resource.scopes if resource else {}
-    client_host = urlsplit(client.client_id).netloc if client.source == "cimd" else client.client_id
+    view = client_view_of(client)
+    new = [s for s in req.scopes if s not in granted]
     return render(
         "consent.html",
-        client_name=client.client_name or "An application",
-        client_host=client_host,
+        img_origins=view.img_origins,
+        client=view,
         username=user.username if user else "",
         resource=req.resource,
         resource_name=(resource.name if resource and resource.name else req.resource),
-        scopes=[{"name": s, "description": descriptions.get(s, "")} for s in req.scopes],
+        scopes=[
+            {"name": s, "description": descriptions.get(s, ""), "new": bool(granted) and s in new}
+            for s in req.scopes
+        ],
+        step_up=bool(granted) and bool(new) and req.prompt != "consent",
+        again=bool(granted) and not new,
         offline=req.offline,
-        redirect_host=urlsplit(req.redirect_uri).netloc,  # AS-17: always shown
+        redirect=redirect_view(req.redirect_uri),  # always shown
         loopback_only=all_loopback(client.redirect_uris),
         action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
+        account_url=ctx.endpoint_url("account"),
         csrf_token=csrf_token(ctx, browser, f"consent:{interaction.id}"),
     )
 
@@ -112,7 +151,7 @@ def _login_page(
     return render(
         "login.html",
         status,
-        client_name=client.client_name,
+        client_name=client_view_of(client).name,
         error=error,
         username=username,
         action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
@@ -179,7 +218,13 @@ async def login(request: Request) -> Response:
             "session. Start again from the application.",
             403,
         )
-    outcome = await attempt_login(ctx, request, browser, f"login:{interaction_id}")
+    outcome = await attempt_login(
+        ctx,
+        request,
+        browser,
+        f"login:{interaction_id}",
+        retry_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+    )
     if isinstance(outcome, Response):
         return outcome
     if outcome.error:
@@ -231,7 +276,14 @@ def _decide(
             AccessDenied("The user denied the request"),
             user_acted=True,
         )
-    code = issue_code(ctx, req, browser.user_id, browser.auth_time or ctx.now(), interaction_id)
+    code = issue_code(
+        ctx,
+        req,
+        browser.user_id,
+        browser.auth_time or ctx.now(),
+        interaction_id,
+        approved_as=client_view_of(client).name,
+    )
     return code_redirect(ctx, req, code)
 
 
@@ -249,7 +301,12 @@ async def consent(request: Request) -> Response:
         ctx, browser, f"consent:{interaction_id}", token if isinstance(token, str) else None
     ):
         return error_page(
-            "invalid_request", "The form has expired. Start again from the application.", 403
+            "invalid_request",
+            "The consent form had expired or was sent twice, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+            back_label="Show the request again",
         )
     if action not in ("approve", "deny"):
         return error_page("invalid_request", "Choose approve or deny.", 400)

@@ -102,13 +102,28 @@ def consented_scopes(session: Session, user_id: str, client_id: str, resource: s
     return set(consent.scope.split()) if consent else set()
 
 
+def get_consent(session: Session, user_id: str, client_id: str, resource: str) -> Consent | None:
+    return session.get(Consent, (user_id, client_id, resource))
+
+
 def remember_consent(
-    session: Session, user_id: str, client_id: str, resource: str, scopes: set[str], now: int
+    session: Session,
+    user_id: str,
+    client_id: str,
+    resource: str,
+    scopes: set[str],
+    now: int,
+    *,
+    redirect_uri: str,
+    client_name: str,
 ) -> None:
+    """Record an explicit approval, with what the consent page showed."""
     consent = session.get(Consent, (user_id, client_id, resource))
     if consent is None:
         consent = Consent(user_id=user_id, client_id=client_id, resource=resource, updated_at=now)
     consent.scope = " ".join(sorted(scopes | set(consent.scope.split())))
+    consent.redirect_uri = redirect_uri
+    consent.client_name = client_name
     consent.updated_at = now
     session.add(consent)
 

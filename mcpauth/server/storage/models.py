@@ -126,13 +126,18 @@ class RefreshToken(SQLModel, table=True):
 
 
 class Consent(SQLModel, table=True):
+    """What a user approved for a client and resource, with what the consent page showed: the
+    exact redirect URI and the client's name (a remembered consent holds only for those)."""
+
     __tablename__ = "consents"
 
     user_id: str = Field(primary_key=True, max_length=64)
     client_id: str = Field(primary_key=True, max_length=2048)
     resource: str = Field(primary_key=True, max_length=2048)
     scope: str = Field(default="", sa_column=Column(Text, nullable=False))
-    updated_at: int
+    redirect_uri: str = Field(default="", max_length=2048, sa_column_kwargs={"server_default": ""})
+    client_name: str = Field(default="", max_length=200, sa_column_kwargs={"server_default": ""})
+    updated_at: int  # the user's last explicit approval
 
 
 class Interaction(SQLModel, table=True):

@@ -1,0 +1,150 @@
+"""How clients, hosts and redirect URIs are shown to people on the consent and account pages:
+names without control or invisible characters, hosts in their ASCII (punycode) form with a
+warning when they are not plain ASCII, custom-scheme redirects by their scheme, and which
+client details are believable enough to show (https, same site as the client)."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import idna
+
+from mcpauth.uris import is_loopback_host
+
+MAX_NAME = 80
+# Unicode categories never shown in a name: controls, format characters (bidi overrides,
+# zero-width joiners), surrogates, private use and unassigned code points.
+_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+def clean_name(name: str) -> str:
+    """``name`` without hidden characters, its white space collapsed, at most 80 characters."""
+    visible = "".join(ch for ch in name if unicodedata.category(ch) not in _HIDDEN)
+    return " ".join(visible.split())[:MAX_NAME].strip()
+
+
+def ascii_host(host: str) -> tuple[str, bool]:
+    """The host as its ASCII form, and whether it is an internationalised name (shown with a
+    warning: a host in another script can imitate a familiar one)."""
+    host = host.lower()
+    if host.isascii():
+        return host, any(label.startswith("xn--") for label in host.split("."))
+    try:
+        return idna.encode(host, uts46=True).decode("ascii"), True
+    except idna.IDNAError:
+        return host.encode("ascii", "backslashreplace").decode("ascii"), True
+
+
+@dataclass(frozen=True)
+class RedirectView:
+    label: str  # "this computer (127.0.0.1:5555)", "app.example.com", "the application ..."
+    address: str = ""  # host[:port] in ASCII; empty for custom schemes
+    warning: str = ""
+    loopback: bool = False
+
+
+def redirect_view(uri: str) -> RedirectView:
+    """Where the browser is sent after the decision, as a person should read it."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return RedirectView(f"the application that handles {scheme}: links on this device")
+    host, international = ascii_host(parts.hostname or "")
+    label = f"{host}:{parts.port}" if parts.port else host
+    if is_loopback_host(parts.hostname):
+        return RedirectView(f"this computer ({label})", label, loopback=True)
+    warning = (
+        f"The address {label} contains characters outside plain ASCII (shown in its ASCII "
+        "form); make sure it is the site you expect."
+        if international
+        else ""
+    )
+    return RedirectView(label, label, warning)
+
+
+def _site(host: str) -> str:
+    """An approximation of the registrable domain: the last two labels."""
+    return ".".join(host.split(".")[-2:])
+
+
+def same_site_https(url: object, site_host: str | None) -> str | None:
+    """``url`` when it is an https URL on the same site as ``site_host`` (any https URL when
+    ``site_host`` is None), else None."""
+    if not isinstance(url, str) or len(url) > 2048:
+        return None
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return None
+    if parts.scheme != "https" or not host or not host.isascii():
+        return None
+    if site_host is not None and _site(host) != _site(site_host.lower()):
+        return None
+    return url
+
+
+@dataclass(frozen=True)
+class ClientView:
+    """A client as the consent and account pages show it."""
+
+    client_id: str
+    name: str
+    unverified: bool
+    origin: str
+    uri: str | None = None
+    logo: str | None = None
+
+    @property
+    def uri_host(self) -> str:
+        return urlsplit(self.uri).netloc if self.uri else ""
+
+    @property
+    def label(self) -> str:
+        """A name that tells two clients apart (for accessible button names)."""
+        return f"{self.name} ({self.origin})"
+
+    @property
+    def img_origins(self) -> tuple[str, ...]:
+        return (f"https://{urlsplit(self.logo).netloc}",) if self.logo else ()
+
+
+def client_view(
+    client_id: str, name: str, source: str, redirect_uris: list[str], metadata: dict[str, object]
+) -> ClientView:
+    """What a person may believe about a client: an admin-registered client is named by the
+    administrator; a self-registered one (dynamic registration or a metadata document) only by
+    itself, so it is marked unverified and shown with the host that vouches for it."""
+    shown = clean_name(name) or "An unnamed application"
+    if source == "cimd":
+        host, _ = ascii_host(urlsplit(client_id).hostname or "")
+        return ClientView(
+            client_id,
+            shown,
+            True,
+            host,
+            same_site_https(metadata.get("client_uri"), host),
+            same_site_https(metadata.get("logo_uri"), host),
+        )
+    if source == "dcr":
+        redirect = redirect_view(redirect_uris[0]) if redirect_uris else RedirectView("nowhere")
+        site = urlsplit(redirect_uris[0]).hostname if redirect_uris else None
+        https_site = site if redirect_uris and redirect_uris[0].startswith("https://") else None
+        return ClientView(
+            client_id,
+            shown,
+            True,
+            redirect.address or redirect.label,
+            same_site_https(metadata.get("client_uri"), https_site) if https_site else None,
+            same_site_https(metadata.get("logo_uri"), https_site) if https_site else None,
+        )
+    return ClientView(
+        client_id,
+        shown,
+        False,
+        "Registered by your administrator",
+        same_site_https(metadata.get("client_uri"), None),
+        same_site_https(metadata.get("logo_uri"), None),
+    )
