@@ -12,17 +12,56 @@ import threading
 import time
 import webbrowser
 from collections.abc import Callable
+from html import escape
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Protocol, TextIO, runtime_checkable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from mcpauth.client.errors import CallbackTimeout, UnsafeURL
 
 DEFAULT_TIMEOUT = 300.0
-_PAGE = (
-    b"<!doctype html><meta charset=utf-8><title>mcpauth</title>"
-    b"<p>Authorization finished. You can close this window and return to the terminal.</p>"
+_STYLE = (
+    ":root{color-scheme:light dark}body{font:16px/1.5 system-ui,-apple-system,'Segoe UI',"
+    "Roboto,sans-serif;margin:0;padding:2.5rem 1rem;background:#f3f4f6;color:#111827;"
+    "display:flex;justify-content:center}main{max-width:28rem;width:100%;background:#fff;"
+    "border:1px solid #d1d5db;border-radius:12px;padding:1.75rem}h1{font-size:1.4rem;"
+    "margin:0 0 .75rem}.box{border-left:4px solid var(--line);padding:.6rem .8rem}"
+    "@media (prefers-color-scheme:dark){body{background:#030712;color:#f9fafb}"
+    "main{background:#111827;border-color:#374151}}"
 )
+
+
+def callback_page(query: str) -> bytes:
+    """The page the browser shows when it comes back to the terminal: signed in, denied, or
+    what went wrong, in the style of the authorization server's pages."""
+    params = parse_qs(query)
+    error = params.get("error", [""])[0]
+    if not error:
+        title, text, line = (
+            "Signed in",
+            "You can close this window and return to the terminal.",
+            "#15803d",
+        )
+    elif error == "access_denied":
+        title, text, line = (
+            "Access denied",
+            "You denied the request, so the application got no access. You can close this window.",
+            "#b45309",
+        )
+    else:
+        description = params.get("error_description", [""])[0][:300]
+        title = "Sign-in did not complete"
+        text = f"The authorization server answered {error[:60]}"
+        text += f": {description}" if description else "."
+        line = "#b91c1c"
+    body = (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<meta name=viewport content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(title)} · mcpauth</title><style>{_STYLE}</style></head>"
+        f"<body><main><h1>{escape(title)}</h1>"
+        f"<p class=box style='--line:{line}' role=status>{escape(text)}</p></main></body></html>"
+    )
+    return body.encode()
 
 
 @runtime_checkable
@@ -87,12 +126,15 @@ class _CallbackRequest(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         self.server.callback = self.path
+        page = callback_page(urlsplit(self.path).query)
         self.send_response(200)
         self.send_header("content-type", "text/html; charset=utf-8")
         self.send_header("cache-control", "no-store")
-        self.send_header("content-length", str(len(_PAGE)))
+        self.send_header("content-security-policy", "default-src 'none'; style-src 'unsafe-inline'")
+        self.send_header("referrer-policy", "no-referrer")
+        self.send_header("content-length", str(len(page)))
         self.end_headers()
-        self.wfile.write(_PAGE)
+        self.wfile.write(page)
 
     def log_message(self, format: str, *args: object) -> None:
         return None  # the query carries the code: never log it
