@@ -27,6 +27,40 @@ _HEADERS = {
 }
 _HEX_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
 
+# The pages' colours, light and dark (the CSS custom properties of base.html). WCAG 2.2 AA:
+# text and muted text >= 4.5:1 on the page and the card, field borders and focus rings
+# >= 3:1 on the card (tests/server/test_pages_palette.py checks every pair).
+PALETTE: dict[str, dict[str, str]] = {
+    "light": {
+        "page": "#f3f4f6",
+        "card": "#ffffff",
+        "text": "#111827",
+        "muted": "#4b5563",
+        "line": "#d1d5db",
+        "field": "#6b7280",
+        "focus": "#1d4ed8",
+        "new": "#fef3c7",
+        "new-line": "#b45309",
+        "warn-line": "#b45309",
+        "error-line": "#b91c1c",
+        "ok-line": "#15803d",
+    },
+    "dark": {
+        "page": "#030712",
+        "card": "#111827",
+        "text": "#f9fafb",
+        "muted": "#c4c9d2",
+        "line": "#374151",
+        "field": "#9ca3af",
+        "focus": "#93c5fd",
+        "new": "#3b2a06",
+        "new-line": "#f59e0b",
+        "warn-line": "#f59e0b",
+        "error-line": "#f87171",
+        "ok-line": "#4ade80",
+    },
+}
+
 
 def content_security_policy(img_origins: Iterable[str] = ()) -> str:
     images = " ".join(["'self'", *sorted(set(img_origins))])
@@ -127,7 +161,7 @@ def render(
     """A page with the security headers; ``img_origins`` are the https origins its images
     may come from besides this server (the service logo's is always allowed)."""
     brand = brand_var.get()
-    body = environment().get_template(template).render(brand=brand, **context)
+    body = environment().get_template(template).render(brand=brand, palette=PALETTE, **context)
     headers = {
         "Content-Security-Policy": content_security_policy([*brand.img_origins, *img_origins]),
         **_HEADERS,
