@@ -224,6 +224,17 @@ def _add_admin(sub: Any) -> None:
             child.set_defaults(handler=handler)
 
 
+def _port(value: str) -> int:
+    """A TCP port number, 1 to 65535 (argparse ``type``)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {port}")
+    return port
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from mcpauth.demo import run_demo
 
@@ -254,8 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional_parts(sub)
     demo = sub.add_parser("demo", help="auth server + protected demo MCP server on loopback")
     demo.add_argument("--data-dir", help="where the demo keeps its database (.mcpauth-demo)")
-    demo.add_argument("--auth-port", type=int, default=9000, help="authorization server port")
-    demo.add_argument("--mcp-port", type=int, default=8000, help="demo MCP server port")
+    demo.add_argument(
+        "--auth-port", type=_port, default=9000, help="authorization server port (9000)"
+    )
+    demo.add_argument("--mcp-port", type=_port, default=8000, help="demo MCP server port (8000)")
     demo.set_defaults(handler=cmd_demo)
     return parser
 
