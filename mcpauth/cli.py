@@ -273,6 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _database_problem(exc: Exception) -> str | None:
+    """One line for a database that cannot be used (a bad URL, a server that does not answer),
+    or ``None`` for any other error. The URL itself is not repeated: it may hold a password."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    if errors is None or not isinstance(exc, errors.SQLAlchemyError):
+        return None
+    if isinstance(exc, errors.ArgumentError | errors.NoSuchModuleError):
+        return (
+            "not a database URL mcpauth can use (sqlite:///PATH or "
+            f"postgresql://USER:PASSWORD@HOST/DB): {exc}"
+        )
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"cannot use the database: {detail[0] if detail else type(exc).__name__}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -284,6 +299,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a file or directory the command needs
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"mcpauth: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        problem = _database_problem(exc)
+        if problem is None:
+            raise
+        print(f"mcpauth: {problem}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
