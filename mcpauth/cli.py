@@ -236,6 +236,14 @@ def _port(value: str) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0] or "more packages"
+        print(f"mcpauth demo: needs {missing}: pip install 'mcpauth-kit[demo]'", file=sys.stderr)
+        return 2
     from mcpauth.demo import run_demo
 
     return run_demo(args.data_dir, args.auth_port, args.mcp_port)

@@ -312,3 +312,25 @@ def test_the_admin_command_the_banner_prints_adds_a_user_who_can_sign_in_to_the_
 
 def base64url(segment: str) -> bytes:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def test_without_the_mcp_sdk_the_demo_says_which_extra_to_install_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # the MCP SDK made unimportable, as in an install without the demo extra
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from mcpauth.cli import main\n"
+        "sys.exit(main(['demo', '--data-dir', 'data']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "mcpauth demo: needs mcp: pip install 'mcpauth-kit[demo]'\n"
+    assert not (tmp_path / "data").exists()

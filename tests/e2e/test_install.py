@@ -1,6 +1,7 @@
 """The distribution installs under its own name: the README's wheel block, run in a copy of the
 sources, builds ``mcpauth_kit-*.whl`` and installs it into a fresh virtual environment whose
-``mcpauth`` command then runs from that environment (not from this checkout).
+``mcpauth`` command then runs from that environment (not from this checkout): it migrates a
+database and runs the demo, whose pages render.
 
 The fresh environment sees the dependencies of the test environment through a ``.pth`` line
 (so nothing is downloaded but the build backend, which pip caches); the package itself comes
@@ -11,14 +12,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ..readme import ROOT, readme_block
+from ..support import free_port
+from .test_demo import wait_for_banner
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +84,29 @@ def test_the_readme_wheel_block_installs_mcpauth_kit_whose_mcpauth_command_runs(
     upgraded = run("mcpauth", "db", "upgrade", "--database", database)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "database at revision" in upgraded.stderr
+
+    # and the installed demo serves its pages (the templates ship too)
+    auth_port, mcp_port = free_port(), free_port()
+    err_path = tmp_path / "demo.log"
+    with err_path.open("wb") as err:
+        demo = subprocess.Popen(
+            ["mcpauth", "demo", "--auth-port", str(auth_port), "--mcp-port", str(mcp_port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=err,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            banner = wait_for_banner(err_path, demo)
+            # `mcpauth` on PATH is this command, so the banner names it plainly
+            database = f"sqlite:///{tmp_path / '.mcpauth-demo' / 'mcpauth.db'}"
+            assert f"\n  mcpauth users add bob --password-stdin --database {database}\n" in banner
+            page = httpx.get(
+                f"http://127.0.0.1:{auth_port}/account", follow_redirects=True, timeout=10
+            )
+            assert page.status_code == 200
+            assert "<form" in page.text
+        finally:
+            os.killpg(demo.pid, signal.SIGTERM)
+            demo.wait(timeout=20)
