@@ -226,8 +226,6 @@ async def test_rs12_rs14_signed_in_as_demo_whoami_answers_and_reset_counter_is_4
 def test_the_banner_appears_only_once_both_ports_accept_connections(demo: Demo) -> None:
     # the fixture connected to both ports the moment the banner was complete, without retrying
     assert demo.accepted_at_banner == (True, True)
-    # and the servers logged their startup before it
-    assert demo.stderr.index("session manager started") < demo.stderr.index("mcpauth demo is")
 
 
 @pytest.mark.parametrize("busy", ["--auth-port", "--mcp-port"])
