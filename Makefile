@@ -1,6 +1,9 @@
 # mcpauth: `make run` starts the demo, `make test` runs every check.
+# `make run AUTH_PORT=9100 MCP_PORT=8100` moves the demo to other ports.
 PY ?= python3
-VENV := .venv
+VENV ?= .venv
+AUTH_PORT ?= 9000
+MCP_PORT ?= 8000
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -9,11 +12,14 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+# the distribution was called `mcpauth` before it became mcpauth-kit (that name on PyPI is an
+# unrelated project): a .venv from then still has the old editable install
+	$(BIN)/python -m pip uninstall -q -y mcpauth 2>/dev/null || true
 	$(BIN)/python -m pip install -q -e '.[all,dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/mcpauth demo
+	$(BIN)/mcpauth demo --auth-port $(AUTH_PORT) --mcp-port $(MCP_PORT)
 
 test: lint typecheck pytest
 

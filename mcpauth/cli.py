@@ -224,7 +224,26 @@ def _add_admin(sub: Any) -> None:
             child.set_defaults(handler=handler)
 
 
+def _port(value: str) -> int:
+    """A TCP port number, 1 to 65535 (argparse ``type``)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {port}")
+    return port
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0] or "more packages"
+        print(f"mcpauth demo: needs {missing}: pip install 'mcpauth-kit[demo]'", file=sys.stderr)
+        return 2
     from mcpauth.demo import run_demo
 
     return run_demo(args.data_dir, args.auth_port, args.mcp_port)
@@ -254,10 +273,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_optional_parts(sub)
     demo = sub.add_parser("demo", help="auth server + protected demo MCP server on loopback")
     demo.add_argument("--data-dir", help="where the demo keeps its database (.mcpauth-demo)")
-    demo.add_argument("--auth-port", type=int, default=9000, help="authorization server port")
-    demo.add_argument("--mcp-port", type=int, default=8000, help="demo MCP server port")
+    demo.add_argument(
+        "--auth-port", type=_port, default=9000, help="authorization server port (9000)"
+    )
+    demo.add_argument("--mcp-port", type=_port, default=8000, help="demo MCP server port (8000)")
     demo.set_defaults(handler=cmd_demo)
     return parser
+
+
+def _database_problem(exc: Exception) -> str | None:
+    """One line for a database that cannot be used (a bad URL, a server that does not answer),
+    or ``None`` for any other error. The URL itself is not repeated: it may hold a password."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    if errors is None or not isinstance(exc, errors.SQLAlchemyError):
+        return None
+    if isinstance(exc, errors.ArgumentError | errors.NoSuchModuleError):
+        return (
+            "not a database URL mcpauth can use (sqlite:///PATH or "
+            f"postgresql://USER:PASSWORD@HOST/DB): {exc}"
+        )
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"cannot use the database: {detail[0] if detail else type(exc).__name__}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,6 +307,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # a file or directory the command needs
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"mcpauth: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        problem = _database_problem(exc)
+        if problem is None:
+            raise
+        print(f"mcpauth: {problem}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,12 +1,20 @@
 """``mcpauth demo``: the authorization server and a protected demo MCP server (official MCP
-Python SDK) on loopback, seeded with a resource and a demo user, in one process."""
+Python SDK) on loopback, seeded with a resource and a demo user, in one process.
+
+Both ports are bound before anything else happens (a busy port is a one-line error, exit 1);
+the banner, on stderr, comes once both servers accept connections and names the demo's
+database in a ready-to-paste admin command."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import secrets
+import shlex
+import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,37 +106,129 @@ def _seed(settings: Settings, data_dir: Path, resource: str) -> str:
     return path.read_text().strip() if path.exists() else "(see the user you created)"
 
 
-def _banner(issuer: str, resource: str, password: str) -> str:
+def admin_command() -> str:
+    """How to run ``mcpauth`` from the shell that started the demo: ``mcpauth`` when that name
+    finds this very command, else the path it was started by (``.venv/bin/mcpauth`` under
+    ``make run``)."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if started is None or started.name != "mcpauth" or not started.exists():
+        return "mcpauth"
+    found = shutil.which("mcpauth")
+    if found is not None and os.path.samefile(found, started):
+        return "mcpauth"
+    return shlex.quote(str(started))
+
+
+def _database_option(settings: Settings) -> str:
+    """The ``--database`` option that names the demo's database; empty when it came from
+    ``MCPAUTH_DATABASE_URL`` (the admin commands read that too, and a URL may hold a password)."""
+    if os.environ.get("MCPAUTH_DATABASE_URL"):
+        return ""
+    return f" --database {shlex.quote(settings.database_url)}"
+
+
+def _banner(issuer: str, resource: str, password: str, command: str, database: str) -> str:
     return f"""
 mcpauth demo is running
   authorization server  {issuer}   (account page: {issuer}/account)
   protected MCP server  {resource}
   sign in as            {DEMO_USER} / {password}
 
+Add a user to the demo's database (the admin commands take the same --database):
+  {command} users add bob --password-stdin{database}
+
 Connect a real MCP client:
   Claude Code:      claude mcp add --transport http mcpauth-demo {resource}
                     then /mcp in Claude Code, choose mcpauth-demo, and sign in
   MCP Inspector:    npx @modelcontextprotocol/inspector
                     transport "Streamable HTTP", URL {resource}, then "Open Auth Settings"
-  A script:         mcpauth login {resource}  &&  mcpauth token {resource}
+  A script:         {command} login {resource}  &&  {command} token {resource}
 
 The tool reset_counter needs the mcp:admin scope: calling it triggers a step-up.
 Press Ctrl-C to stop.
 """
 
 
-async def _serve_both(as_app: Any, mcp_app: Any, as_port: int, mcp_port: int) -> None:
+class PortUnavailable(Exception):
+    """A port the demo needs cannot be bound; the message is one line for the user."""
+
+
+def _bind(port: int, role: str, option: str) -> socket.socket:
+    """A socket bound to 127.0.0.1:``port`` (listening starts when its server starts).
+
+    Raises:
+        PortUnavailable: the port is taken or not allowed.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"failed: {exc.strerror}"
+        raise PortUnavailable(
+            f"port {port} for the {role} {reason}; stop what is using it or choose another "
+            f"port with {option}"
+        ) from None
+    sock.set_inheritable(False)
+    return sock
+
+
+async def _serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:
+    with contextlib.suppress(SystemExit):  # uvicorn exits when an app's startup fails
+        await server.serve(sockets=[sock])
+
+
+async def _serve_both(
+    apps: list[tuple[Any, socket.socket]], banner: str, poll: float = 0.02
+) -> int:
+    """Serve every app on its socket; print ``banner`` once all of them accept connections.
+
+    Returns 1 when one stopped before all had started (its startup failed), else 0.
+    """
     servers = [
         uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+            uvicorn.Config(
+                app, log_level="warning", access_log=False, server_header=False, lifespan="on"
+            )
         )
-        for app, port in ((as_app, as_port), (mcp_app, mcp_port))
+        for app, _ in apps
     ]
-    await asyncio.gather(*(server.serve() for server in servers))
+    tasks = [
+        asyncio.create_task(_serve_until_stopped(server, sock))
+        for server, (_, sock) in zip(servers, apps, strict=True)
+    ]
+    while not all(server.started for server in servers):
+        if any(task.done() for task in tasks):
+            for server in servers:
+                server.should_exit = True
+            await asyncio.gather(*tasks)
+            print("mcpauth demo: a server failed to start (see above)", file=sys.stderr)
+            return 1
+        await asyncio.sleep(poll)
+    print(banner, file=sys.stderr, flush=True)
+    await asyncio.gather(*tasks)
+    return 0
 
 
 def run_demo(data_dir: str | None = None, as_port: int = AS_PORT, mcp_port: int = MCP_PORT) -> int:
-    """Start both servers on 127.0.0.1 until interrupted."""
+    """Start both servers on 127.0.0.1 until interrupted.
+
+    Both ports are bound first: a port in use ends the demo with a one-line message and exit
+    status 1, before anything is written. The banner follows once both servers accept
+    connections."""
+    if as_port == mcp_port:
+        print(f"mcpauth demo: --auth-port and --mcp-port are both {as_port}", file=sys.stderr)
+        return 1
+    sockets: list[socket.socket] = []
+    try:
+        sockets.append(_bind(as_port, "authorization server", "--auth-port"))
+        sockets.append(_bind(mcp_port, "demo MCP server", "--mcp-port"))
+    except PortUnavailable as exc:
+        for sock in sockets:
+            sock.close()
+        print(f"mcpauth demo: {exc}", file=sys.stderr)
+        return 1
     folder = Path(data_dir or os.environ.get("MCPAUTH_DEMO_DIR", ".mcpauth-demo")).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     issuer = f"http://127.0.0.1:{as_port}"
@@ -142,8 +242,8 @@ def run_demo(data_dir: str | None = None, as_port: int = AS_PORT, mcp_port: int 
         }
     )
     password = _seed(settings, folder, resource)
-    mcp_app = protected_demo_app(resource, issuer)
-    print(_banner(issuer, resource, password), file=sys.stderr, flush=True)
+    banner = _banner(issuer, resource, password, admin_command(), _database_option(settings))
+    apps = [(create_app(settings), sockets[0]), (protected_demo_app(resource, issuer), sockets[1])]
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve_both(create_app(settings), mcp_app, as_port, mcp_port))
+        return asyncio.run(_serve_both(apps, banner))
     return 0

@@ -105,6 +105,14 @@ class OAuth(httpx.Auth, httpx2.Auth):
     machine, needs ``client_id`` plus a secret or ``private_key``) or ``jwt_bearer`` (enterprise
     managed, needs ``identity``).
 
+    ``client_name`` is the name sent when this object registers a client dynamically (RFC 7591),
+    shown on the consent page and the account page. The storage keeps one registration per
+    authorization server, and the tokens belong to it, so when ``storage`` already holds one for
+    the server (``FileStorage()`` after ``mcpauth login``, which registers as ``mcpauth``) it is
+    reused with its tokens and ``client_name`` is not used: that is what lets a script use the
+    tokens of ``mcpauth login`` without a browser. To appear under its own name, a program
+    passes a storage of its own.
+
     Raises (from requests made with it):
         ClientError: discovery, registration, authorization or the token endpoint failed.
     """

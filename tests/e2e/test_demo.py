@@ -1,15 +1,22 @@
-"""`mcpauth demo` as a real process on 127.0.0.1 (issue 4, the demo): it starts the authorization
-server and the protected demo MCP server, prints the demo user's password on stderr, publishes
-RFC 9728 metadata naming the authorization server; the official SDK client signs in as `demo`
-through the forms and calls `whoami`; `reset_counter` needs `mcp:admin` and is refused with 403."""
+"""`mcpauth demo` as a real process on 127.0.0.1: it starts the authorization server and the
+protected demo MCP server, prints the demo user's password on stderr once both ports accept
+connections, publishes RFC 9728 metadata naming the authorization server; the official SDK
+client signs in as `demo` through the forms and calls `whoami`; `reset_counter` needs
+`mcp:admin` and is refused with 403. A busy port is a one-line error with exit status 1, and
+the admin command the banner prints reaches the running demo's database."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import shlex
 import signal
+import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +37,31 @@ from .test_sdk_oauth_client import (
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 PASSWORD_LINE = re.compile(r"^\s*sign in as\s+demo / (\S+)\s*$", re.MULTILINE)
+BANNER_END = "Press Ctrl-C to stop."
+ROOT = Path(__file__).resolve().parents[2]
+TEST_BROWSER = f"{sys.executable} {ROOT / 'tests' / 'client' / 'browser.py'} %s"
+
+
+def wait_for_banner(err_path: Path, process: subprocess.Popen[bytes], timeout: float = 30) -> str:
+    """The demo's stderr once its banner is complete (at most ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = err_path.read_text(errors="replace")
+        if BANNER_END in text:
+            return text
+        if process.poll() is not None:
+            raise RuntimeError(f"the demo exited with {process.returncode}:\n{text}")
+        time.sleep(0.01)
+    raise TimeoutError(f"no banner within {timeout} s:\n{err_path.read_text(errors='replace')}")
+
+
+def accepts(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` accepts a TCP connection right now (one attempt)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass
@@ -41,6 +73,7 @@ class Demo:
     stdout: str
     stderr: str
     env: dict[str, str]
+    accepted_at_banner: tuple[bool, bool] = (False, False)
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +99,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             args, env=env, cwd=tmp_path, stdout=out, stderr=err, start_new_session=True
         )
         try:
+            stderr = wait_for_banner(err_path, process)
+            accepted = (accepts(auth_port), accepts(mcp_port))  # at once, no retry
             try:
                 wait_for(prm, timeout=30, process=process)
                 wait_for(f"{issuer}/health", timeout=30, process=process)
@@ -77,8 +112,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
                 prm=prm,
                 data_dir=data_dir,
                 stdout=out_path.read_text(),
-                stderr=err_path.read_text(),
+                stderr=stderr,
                 env=env,
+                accepted_at_banner=accepted,
             )
         finally:
             if process.poll() is None:
@@ -185,3 +221,114 @@ async def test_rs12_rs14_signed_in_as_demo_whoami_answers_and_reset_counter_is_4
     assert scope_param(challenge) == {"mcp:admin", "mcp:tools"}  # every scope the call needs
     assert f'resource_metadata="{demo.prm}"' in challenge
     assert "counter reset" not in refused.text
+
+
+def test_the_banner_appears_only_once_both_ports_accept_connections(demo: Demo) -> None:
+    # the fixture connected to both ports the moment the banner was complete, without retrying
+    assert demo.accepted_at_banner == (True, True)
+
+
+@pytest.mark.parametrize("busy", ["--auth-port", "--mcp-port"])
+def test_a_busy_port_ends_the_demo_with_a_one_line_message_naming_it_and_exit_status_1(
+    busy: str, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--auth-port": free_port(), "--mcp-port": free_port(), busy: port}
+        options = [str(part) for pair in ports.items() for part in pair]
+        done = run_cli(
+            ["demo", "--data-dir", str(tmp_path / "data"), *options],
+            env={"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg")},
+            cwd=tmp_path,
+        )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"mcpauth demo: port {port} ")
+    assert "already in use" in lines[0]
+    assert busy in lines[0]  # how to choose another
+    assert not (tmp_path / "data").exists()  # nothing written
+
+
+def test_the_demo_refuses_port_0_and_one_port_for_both_servers(tmp_path: Path) -> None:
+    zero = run_cli(["demo", "--data-dir", str(tmp_path / "d"), "--auth-port", "0"], cwd=tmp_path)
+    assert zero.returncode == 2
+    assert "not a port number" in zero.stderr
+    port = str(free_port())
+    same = run_cli(
+        ["demo", "--data-dir", str(tmp_path / "d"), "--auth-port", port, "--mcp-port", port],
+        cwd=tmp_path,
+    )
+    assert same.returncode == 1
+    assert same.stderr.strip() == f"mcpauth demo: --auth-port and --mcp-port are both {port}"
+
+
+def printed_admin_command(demo: Demo) -> list[str]:
+    lines = demo.stderr.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Add a user"))
+    return shlex.split(lines[at + 1])
+
+
+def test_the_admin_command_the_banner_prints_adds_a_user_who_can_sign_in_to_the_running_demo(
+    demo: Demo, tmp_path: Path
+) -> None:
+    command = printed_admin_command(demo)
+    database = f"sqlite:///{demo.data_dir.resolve() / 'mcpauth.db'}"
+    assert command[1:] == ["users", "add", "bob", "--password-stdin", "--database", database]
+    assert database.startswith("sqlite:////")  # an absolute path: works from any directory
+    added = subprocess.run(
+        command,
+        input="bob's long passphrase\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **demo.env},
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert added.returncode == 0, added.stderr
+
+    store = tmp_path / "client.json"
+    browser = {
+        **demo.env,
+        "BROWSER": TEST_BROWSER,
+        "MCPAUTH_TEST_USERNAME": "bob",
+        "MCPAUTH_TEST_PASSWORD": "bob's long passphrase",
+    }
+    login = run_cli(["login", demo.resource, "--store", str(store), "--timeout", "30"], env=browser)
+    assert login.returncode == 0, login.stderr
+    token = run_cli(["token", demo.resource, "--store", str(store)], env=demo.env)
+    assert token.returncode == 0, token.stderr
+    claims = json.loads(base64url(token.stdout.strip().split(".")[1]))
+    listed = run_cli(["users", "list", "--database", database], env=demo.env)
+    bob = next(u for u in json.loads(listed.stdout) if u["username"] == "bob")
+    assert claims["sub"] == str(bob["id"])
+
+
+def base64url(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def test_without_the_mcp_sdk_the_demo_says_which_extra_to_install_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # the MCP SDK made unimportable, as in an install without the demo extra
+    code = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from mcpauth.cli import main\n"
+        "sys.exit(main(['demo', '--data-dir', 'data']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "mcpauth demo: needs mcp: pip install 'mcpauth-kit[demo]'\n"
+    assert not (tmp_path / "data").exists()

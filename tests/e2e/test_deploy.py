@@ -239,7 +239,7 @@ def test_the_dockerfile_is_multi_stage_non_root_and_runs_the_entrypoint() -> Non
     assert stages == ["build", "runtime", "demo-mcp", "server"]
     runtime = text.split(" AS runtime", 1)[1].split(" AS demo-mcp", 1)[0]
     assert re.search(r"^USER mcpauth", runtime, flags=re.MULTILINE)
-    assert '"mcpauth[server,middleware]"' in runtime
+    assert '"mcpauth-kit[server,middleware]"' in runtime
     assert 'ENTRYPOINT ["mcpauth-entrypoint"]' in runtime
     assert "docker/entrypoint.sh /usr/local/bin/mcpauth-entrypoint" in runtime
     # the last USER of every stage that runs is unprivileged
