@@ -1,4 +1,4 @@
-"""Optional Prometheus metrics (``pip install 'mcpauth[metrics]'``, ``MCPAUTH_METRICS=true``):
+"""Optional Prometheus metrics (``pip install 'mcpauth-kit[metrics]'``, ``MCPAUTH_METRICS=true``):
 requests by route and status with latencies, and audit events by kind. A registry per
 application, so several apps in one process (tests) never collide."""
 
@@ -21,7 +21,7 @@ class Metrics:
             import prometheus_client as prom
         except ImportError as exc:
             raise ConfigurationError(
-                "metrics need prometheus-client: pip install 'mcpauth[metrics]'"
+                "metrics need prometheus-client: pip install 'mcpauth-kit[metrics]'"
             ) from exc
         self._prom = prom
         self.registry = prom.CollectorRegistry()
