@@ -3,13 +3,18 @@ introspection) served in-process, a token minter, and a recording app."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -161,3 +166,24 @@ def rpc(method: str, params: dict[str, Any] | None = None, id: int = 1) -> dict[
     if params is not None:
         message["params"] = params
     return message
+
+
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run ``app`` with uvicorn in a thread on 127.0.0.1 (ephemeral port); yield its base URL.
+
+    The socket listens before the thread starts, so clients connect at once (no start-up poll).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
