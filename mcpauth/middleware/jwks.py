@@ -1,19 +1,32 @@
 """The authorization server's JSON Web Key Set: discovered, fetched, cached per HTTP caching
-headers, and refetched on an unknown ``kid`` at most once per interval."""
+headers, and refetched on an unknown ``kid`` at most once per interval.
+
+While no keys are held, fetching is coalesced and backs off: one discovery-and-JWKS fetch is in
+flight at a time (concurrent callers wait for it and share its outcome), and after a failure no
+new fetch starts for a growing, bounded delay (``failure_backoff`` doubling up to
+``max_failure_backoff``). Callers in that window get a :class:`FetchError` at once, with
+``Retry-After`` and a description that names no URL; the details are logged.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import anyio
 import httpx
 
 from mcpauth import jwt
 from mcpauth.caching import freshness_lifetime
+from mcpauth.errors import ConfigurationError
 from mcpauth.middleware._discovery import FetchError, discover_metadata, fetch_json
 
 __all__ = ["JWKSCache"]
+
+logger = logging.getLogger("mcpauth.middleware")
+UNAVAILABLE = "The authorization server's signing keys are unavailable; try again later"
 
 
 def cache_lifetime(
@@ -33,7 +46,9 @@ class JWKSCache:
     lifetime the JWKS response allows (``Cache-Control: max-age``; between
     ``min_refresh_interval`` and ``max_cache_seconds``). A token naming an unknown ``kid``
     triggers one refetch, and at most one per ``min_refresh_interval`` however many such tokens
-    arrive. When a refetch fails, the last good keys stay in use.
+    arrive. When a refetch fails, the last good keys stay in use. Without any keys, fetches are
+    coalesced and back off after failures (module docstring). ``clock`` (seconds since the
+    epoch; :func:`time.time` by default) is injectable for tests.
     """
 
     def __init__(
@@ -45,6 +60,9 @@ class JWKSCache:
         min_refresh_interval: float = 30.0,
         default_cache_seconds: float = 300.0,
         max_cache_seconds: float = 86400.0,
+        failure_backoff: float = 1.0,
+        max_failure_backoff: float = 60.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.issuer = issuer
         self.http = http
@@ -57,6 +75,11 @@ class JWKSCache:
         self._last_attempt = float("-inf")
         self._lock = anyio.Lock()
         self.fetch_count = 0
+        self.failure_backoff = failure_backoff
+        self.max_failure_backoff = max_failure_backoff
+        self._clock = clock
+        self._failures = 0
+        self._retry_at = float("-inf")
 
     async def keys(self) -> Mapping[str, jwt.VerificationKey]:
         """The current keys, fetching them when absent or stale.
@@ -64,10 +87,11 @@ class JWKSCache:
         Raises:
             FetchError: no keys could be fetched and none are cached.
         """
-        if self._keys is not None and time.time() < self._expires:
+        if self._keys is not None and self._now() < self._expires:
             return self._keys
+        self._check_backoff()
         async with self._lock:
-            if self._keys is not None and time.time() < self._expires:
+            if self._keys is not None and self._now() < self._expires:
                 return self._keys
             return await self._fetch_or_stale()
 
@@ -79,22 +103,56 @@ class JWKSCache:
             FetchError: no keys could be fetched and none are cached.
         """
         async with self._lock:
-            if time.time() - self._last_attempt < self.min_refresh_interval:
+            if self._now() - self._last_attempt < self.min_refresh_interval:
                 return None
             return await self._fetch_or_stale()
 
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else time.time()
+
+    def _check_backoff(self) -> None:
+        """Without keys, refuse at once while a failure's back-off lasts."""
+        if self._keys is not None:
+            return
+        remaining = self._retry_at - self._now()
+        if remaining > 0:
+            raise FetchError(UNAVAILABLE, headers={"Retry-After": str(math.ceil(remaining))})
+
     async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
-        if self._keys is not None and time.time() - self._last_attempt < self.min_refresh_interval:
+        now = self._now()
+        if self._keys is not None and now - self._last_attempt < self.min_refresh_interval:
             return self._keys
-        self._last_attempt = time.time()
+        # Callers that queued on the lock behind a failed fetch share its outcome.
+        self._check_backoff()
+        self._last_attempt = now
         try:
-            return await self._fetch()
-        except FetchError:
+            keys = await self._fetch()
+        except FetchError as exc:
+            self._failures += 1
+            delay = min(
+                self.failure_backoff * 2 ** min(self._failures - 1, 32), self.max_failure_backoff
+            )
+            self._retry_at = self._now() + delay
+            logger.warning(
+                "cannot fetch the signing keys of %s (failure %d, next try in %.0fs): %s",
+                self.issuer, self._failures, delay, exc,
+            )  # fmt: skip
             if self._keys is None:
-                raise
+                raise FetchError(
+                    UNAVAILABLE, headers={"Retry-After": str(math.ceil(delay))}
+                ) from exc
             return self._keys
+        self._failures = 0
+        self._retry_at = float("-inf")
+        return keys
 
     async def _fetch(self) -> dict[str, jwt.VerificationKey]:
+        try:
+            return await self._fetch_unchecked()
+        except ConfigurationError as exc:  # e.g. metadata naming a plain-http jwks_uri
+            raise FetchError(str(exc)) from exc
+
+    async def _fetch_unchecked(self) -> dict[str, jwt.VerificationKey]:
         if self.jwks_uri is None:
             metadata = await discover_metadata(self.http, self.issuer)
             if not metadata.jwks_uri:
@@ -112,5 +170,5 @@ class JWKSCache:
             ceiling=self.max_cache_seconds,
         )
         self._keys = keys
-        self._expires = time.time() + lifetime
+        self._expires = self._now() + lifetime
         return keys

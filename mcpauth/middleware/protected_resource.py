@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import httpx
 from starlette.authentication import BaseUser
 
-from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError
+from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError, TemporarilyUnavailable
 from mcpauth.middleware import identity
 from mcpauth.middleware._asgi import (
     ASGIApp,
@@ -64,6 +64,7 @@ __all__ = ["ProtectedResourceMiddleware"]
 logger = logging.getLogger("mcpauth.middleware")
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 SESSION_HEADER = b"mcp-session-id"
+UNAVAILABLE = "The authorization server is unavailable; try again later"
 
 
 def default_verifier(
@@ -216,7 +217,15 @@ class ProtectedResourceMiddleware:
         if cached is not None:
             return cached
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
-        verified = await self.verifier.verify_token(raw)
+        try:
+            verified = await self.verifier.verify_token(raw)
+        except TemporarilyUnavailable as exc:
+            # The 503 body stays plain whatever the verifier wrote: no internal URLs.
+            logger.warning("cannot verify a token right now: %s", exc.description)
+            retry_after = exc.headers.get("Retry-After")
+            raise TemporarilyUnavailable(
+                UNAVAILABLE, headers={"Retry-After": retry_after} if retry_after else None
+            ) from exc
         user = identity.make_user(verified, digest)
         self.tokens.put(digest, verified, user)
         return verified, user
