@@ -2,6 +2,7 @@
 
 mcpauth proxy --upstream URL --resource URL --authorization-server URL
               [--host H] [--port P] [--scope S]... [--tool-scope TOOL=SCOPE]...
+              [--allowed-origin ORIGIN]...
 mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]...
 """
 
@@ -52,6 +53,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--subject-header", default=IdentityHeaders.subject)
     parser.add_argument("--client-header", default=IdentityHeaders.client)
     parser.add_argument("--scopes-header", default=IdentityHeaders.scopes)
+    parser.add_argument("--issuer-header", default=IdentityHeaders.issuer)
+    parser.add_argument(
+        "--allowed-origin", action="append", dest="allowed_origins", metavar="ORIGIN",
+        help="browser Origin allowed to call (repeatable; default: any origin)",
+    )  # fmt: skip
     parser.add_argument(
         "stdio_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG]...",
         help="run this MCP stdio server instead of proxying --upstream",
@@ -86,9 +92,14 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     resource = canonical_resource(args.resource)
     inner: ASGIApp
     if args.upstream:
-        headers = IdentityHeaders(args.subject_header, args.client_header, args.scopes_header)
+        headers = IdentityHeaders(
+            args.subject_header, args.client_header, args.scopes_header, args.issuer_header
+        )
         inner = UpstreamProxy(
-            args.upstream, path=path_of(resource) or "/", identity_headers=headers
+            args.upstream,
+            path=path_of(resource) or "/",
+            identity_headers=headers,
+            allowed_origins=args.allowed_origins,
         )
     else:
         from mcpauth.middleware.proxy_stdio import StdioBridge
@@ -105,6 +116,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         scopes_supported=sorted(set(args.scopes)) or None,
         tool_scopes=tool_scopes or None,
         resource_name=args.resource_name,
+        allowed_origins=args.allowed_origins,
     )
 
 

@@ -169,16 +169,20 @@ def rpc(method: str, params: dict[str, Any] | None = None, id: int = 1) -> dict[
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[str]:
+def serve(app: Any, *, lifespan: str = "auto") -> Iterator[str]:
     """Run ``app`` with uvicorn in a thread on 127.0.0.1 (ephemeral port); yield its base URL.
 
-    The socket listens before the thread starts, so clients connect at once (no start-up poll).
+    The socket listens before the thread starts, so clients connect at once (no start-up poll);
+    the lifespan startup may still be running then, which these apps do not mind. Forwarding
+    headers are not trusted, so a test client on 127.0.0.1 is seen as a direct client.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan=lifespan, proxy_headers=False)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
