@@ -141,7 +141,8 @@ class ProtectedResourceMiddleware:
         self._metadata_paths = metadata_paths(self.resource)
         self._metadata_endpoint = ResourceMetadataEndpoint(document)
         self._challenge_scopes = tuple(self.policy.required or (document.scopes_supported or ()))
-        self._owns_http = http_client is None and verifier is None
+        # Closed at lifespan shutdown whenever created here, used or not.
+        self._owns_http = http_client is None
         self.http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(5.0))
         self.verifier = verifier or default_verifier(
             self.resource, authorization_servers, self.http

@@ -169,8 +169,9 @@ def rpc(method: str, params: dict[str, Any] | None = None, id: int = 1) -> dict[
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, lifespan: str = "auto") -> Iterator[str]:
-    """Run ``app`` with uvicorn in a thread on 127.0.0.1 (ephemeral port); yield its base URL.
+def serve(app: Any = None, *, factory: Any = None, lifespan: str = "auto") -> Iterator[str]:
+    """Run ``app`` (or ``factory("http://host:port")``) with uvicorn in a thread on 127.0.0.1
+    (ephemeral port); yield its ``host:port``.
 
     The socket listens before the thread starts, so clients connect at once (no start-up poll);
     the lifespan startup may still be running then, which these apps do not mind. Forwarding
@@ -180,13 +181,14 @@ def serve(app: Any, *, lifespan: str = "auto") -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan=lifespan, proxy_headers=False)
-    )
+    address = f"127.0.0.1:{sock.getsockname()[1]}"
+    target = factory(f"http://{address}") if factory is not None else app
+    config = uvicorn.Config(target, log_level="warning", lifespan=lifespan, proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
+        yield address
     finally:
         server.should_exit = True
         thread.join(timeout=10)
