@@ -11,17 +11,21 @@ new fetch starts for a growing, bounded delay (``failure_backoff`` doubling up t
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 
-import anyio
 import httpx
 
 from mcpauth import jwt
 from mcpauth.caching import freshness_lifetime
 from mcpauth.errors import ConfigurationError
-from mcpauth.middleware._discovery import FetchError, discover_metadata, fetch_json
+from mcpauth.middleware._discovery import (
+    FetchError,
+    FetchGate,
+    discover_metadata,
+    fetch_json,
+    unavailable,
+)
 
 __all__ = ["JWKSCache"]
 
@@ -73,13 +77,10 @@ class JWKSCache:
         self._keys: dict[str, jwt.VerificationKey] | None = None
         self._expires = 0.0
         self._last_attempt = float("-inf")
-        self._lock = anyio.Lock()
         self.fetch_count = 0
-        self.failure_backoff = failure_backoff
-        self.max_failure_backoff = max_failure_backoff
-        self._clock = clock
-        self._failures = 0
-        self._retry_at = float("-inf")
+        self._gate = FetchGate(
+            backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
+        )
 
     async def keys(self) -> Mapping[str, jwt.VerificationKey]:
         """The current keys, fetching them when absent or stale.
@@ -90,7 +91,7 @@ class JWKSCache:
         if self._keys is not None and self._now() < self._expires:
             return self._keys
         self._check_backoff()
-        async with self._lock:
+        async with self._gate.lock:
             if self._keys is not None and self._now() < self._expires:
                 return self._keys
             return await self._fetch_or_stale()
@@ -102,21 +103,18 @@ class JWKSCache:
         Raises:
             FetchError: no keys could be fetched and none are cached.
         """
-        async with self._lock:
+        async with self._gate.lock:
             if self._now() - self._last_attempt < self.min_refresh_interval:
                 return None
             return await self._fetch_or_stale()
 
     def _now(self) -> float:
-        return self._clock() if self._clock is not None else time.time()
+        return self._gate.now()
 
     def _check_backoff(self) -> None:
         """Without keys, refuse at once while a failure's back-off lasts."""
-        if self._keys is not None:
-            return
-        remaining = self._retry_at - self._now()
-        if remaining > 0:
-            raise FetchError(UNAVAILABLE, headers={"Retry-After": str(math.ceil(remaining))})
+        if self._keys is None:
+            self._gate.check()
 
     async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
         now = self._now()
@@ -128,22 +126,15 @@ class JWKSCache:
         try:
             keys = await self._fetch()
         except FetchError as exc:
-            self._failures += 1
-            delay = min(
-                self.failure_backoff * 2 ** min(self._failures - 1, 32), self.max_failure_backoff
-            )
-            self._retry_at = self._now() + delay
+            delay = self._gate.failed()
             logger.warning(
                 "cannot fetch the signing keys of %s (failure %d, next try in %.0fs): %s",
-                self.issuer, self._failures, delay, exc,
+                self.issuer, self._gate.failures, delay, exc,
             )  # fmt: skip
             if self._keys is None:
-                raise FetchError(
-                    UNAVAILABLE, headers={"Retry-After": str(math.ceil(delay))}
-                ) from exc
+                raise unavailable(delay, UNAVAILABLE) from exc
             return self._keys
-        self._failures = 0
-        self._retry_at = float("-inf")
+        self._gate.succeeded()
         return keys
 
     async def _fetch(self) -> dict[str, jwt.VerificationKey]:

@@ -1,10 +1,11 @@
-"""While the middleware holds no keys and the authorization server is down, requests neither
-storm it (one fetch in flight, growing bounded back-off) nor learn internal URLs from the 503;
-once the back-off allows, the next request fetches the keys and succeeds."""
+"""While the middleware holds no keys (or cannot introspect) and the authorization server is
+down, requests neither storm it (one fetch in flight, growing bounded back-off) nor learn
+internal URLs from the 503; once the back-off allows, the next request succeeds."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -12,9 +13,22 @@ import httpx
 import pytest
 
 from mcpauth.errors import TemporarilyUnavailable
-from mcpauth.middleware import JWKSCache, JWTVerifier, ProtectedResourceMiddleware
+from mcpauth.middleware import (
+    IntrospectionVerifier,
+    JWKSCache,
+    JWTVerifier,
+    ProtectedResourceMiddleware,
+)
 
-from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, RecordingApp, bearer, client_for
+from .helpers import (
+    INTROSPECTION_CLIENT,
+    ISSUER,
+    RESOURCE,
+    FakeAuthorizationServer,
+    RecordingApp,
+    bearer,
+    client_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -110,3 +124,54 @@ async def test_the_back_off_grows_with_each_failure_and_is_bounded(
             delays.append(delay)
             clock.now += delay
     assert delays == [1, 2, 4, 8, 8, 8]
+
+
+async def test_introspection_backs_off_while_the_as_is_down_and_recovers_after(
+    auth_server: FakeAuthorizationServer, recording_app: RecordingApp
+) -> None:
+    flaky = FlakyAuthorizationServer(auth_server)
+    clock = Clock()
+    auth_server.active["opaque"] = active()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
+        verifier = IntrospectionVerifier(
+            resource=RESOURCE, client_id=INTROSPECTION_CLIENT[0],
+            client_secret=INTROSPECTION_CLIENT[1], issuer=ISSUER, http=http, clock=clock,
+        )  # fmt: skip
+        app = ProtectedResourceMiddleware(
+            recording_app, resource=RESOURCE, authorization_servers=[ISSUER], verifier=verifier
+        )
+        statuses: list[int] = []
+        async with client_for(app) as client:
+
+            async def call(token: str) -> None:
+                statuses.append((await client.get("/mcp", headers=bearer(token))).status_code)
+
+            # Discovery of the endpoint: one attempt however many callers.
+            async with anyio.create_task_group() as group:
+                for i in range(50):
+                    group.start_soon(call, f"opaque-{i}")
+            assert statuses == [503] * 50
+            assert flaky.requests <= 2
+
+            flaky.down = False
+            clock.now += 1
+            await call("opaque")
+            assert statuses[-1] == 200
+            discovered = flaky.requests
+
+            # The introspection endpoint itself fails: one call, then the back-off holds.
+            flaky.down = True
+            for i in range(20):
+                await call(f"other-{i}")
+            assert statuses[-20:] == [503] * 20
+            assert flaky.requests == discovered + 1
+
+            flaky.down = False
+            clock.now += 1
+            await call("opaque")
+    assert statuses[-1] == 200
+
+
+def active(**overrides: Any) -> dict[str, Any]:
+    data = {"active": True, "iss": ISSUER, "sub": "bob", "client_id": "c", "aud": RESOURCE}
+    return {**data, "exp": int(time.time()) + 300, **overrides}
