@@ -23,6 +23,7 @@ from mcpauth.middleware._asgi import (
     Send,
     first_header,
     jsonrpc_error,
+    refuse_websocket,
     send_json,
 )
 from mcpauth.middleware.identity import verified_token
@@ -131,6 +132,9 @@ class UpstreamProxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await refuse_websocket(send)
             return
         if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
             await send_json(send, 404, {"error": "not_found"})

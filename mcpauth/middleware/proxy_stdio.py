@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from mcpauth.middleware._asgi import Receive, Scope, Send, first_header, jsonrpc_error, send_json
+from mcpauth.middleware._asgi import (
+    Receive,
+    Scope,
+    Send,
+    first_header,
+    jsonrpc_error,
+    refuse_websocket,
+    send_json,
+)
 from mcpauth.middleware.identity import verified_token
 
 if TYPE_CHECKING:
@@ -109,6 +117,9 @@ class StdioBridge:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await refuse_websocket(send)
             return
         if scope["type"] != "http" or self._group is None:
             await send_json(send, 404, {"error": "not_found"})

@@ -15,6 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.middleware.proxy import UpstreamProxy
 
 from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, rpc, serve
 
@@ -182,3 +183,16 @@ async def test_a_websocket_frame_after_the_token_expired_closes_the_connection(
             await ws.recv()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1008
+
+
+async def test_the_http_proxy_refuses_a_websocket_it_cannot_carry_instead_of_failing(
+    auth_server: FakeAuthorizationServer, as_client: httpx.AsyncClient
+) -> None:
+    app = ProtectedResourceMiddleware(
+        UpstreamProxy("http://127.0.0.1:9/mcp", path="/mcp"),
+        resource=RESOURCE, authorization_servers=[ISSUER], http_client=as_client,
+        allow_websockets=True,
+    )  # fmt: skip
+    with serve(app) as address:
+        response = await refused(f"ws://{address}/mcp", auth(auth_server.mint()))
+    assert response.status_code == 403
