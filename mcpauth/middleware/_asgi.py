@@ -45,6 +45,11 @@ async def send_json(
     await send({"type": "http.response.body", "body": payload})
 
 
+async def refuse_websocket(send: Send) -> None:
+    """Refuse a WebSocket handshake (the server answers 403) from an HTTP-only app."""
+    await send({"type": "websocket.close", "code": 1008})
+
+
 def jsonrpc_error(code: int, message: str) -> dict[str, Any]:
     """A JSON-RPC 2.0 error object without a request id."""
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}

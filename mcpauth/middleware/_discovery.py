@@ -1,12 +1,17 @@
-"""Authorization server metadata discovery (RFC 8414 §3, then OpenID Connect Discovery) and
-bounded JSON fetching for the resource server."""
+"""Authorization server metadata discovery (RFC 8414 §3, then OpenID Connect Discovery),
+bounded JSON fetching for the resource server, and :class:`FetchGate`, which coalesces and
+backs off fetches from an authorization server that is failing."""
 
 from __future__ import annotations
 
 import json
+import math
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 from pydantic import ValidationError
 
@@ -97,3 +102,56 @@ async def discover_metadata(http: httpx.AsyncClient, issuer: str) -> Authorizati
             continue
         return metadata
     raise FetchError(f"no usable metadata for {issuer}: " + "; ".join(failures))
+
+
+UNAVAILABLE = "The authorization server is unavailable; try again later"
+
+
+class FetchGate:
+    """Keeps a failing authorization server from being stormed: one fetch in flight at a time
+    (``lock``; callers that waited on it share the outcome through :meth:`check`), and after a
+    failure no new attempt for a growing, bounded delay (``backoff`` doubling up to
+    ``max_backoff``). ``clock`` (seconds; :func:`time.time` by default) is injectable."""
+
+    def __init__(
+        self,
+        *,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.lock = anyio.Lock()
+        self.failures = 0
+        self._clock = clock
+        self._retry_at = float("-inf")
+
+    def now(self) -> float:
+        return self._clock() if self._clock is not None else time.time()
+
+    def check(self) -> None:
+        """Refuse at once while a failure's back-off lasts.
+
+        Raises:
+            FetchError: the plain "unavailable" error, with ``Retry-After``.
+        """
+        remaining = self._retry_at - self.now()
+        if remaining > 0:
+            raise unavailable(remaining)
+
+    def failed(self) -> float:
+        """Record a failure; the seconds until the next attempt."""
+        self.failures += 1
+        delay = min(self.backoff * 2.0 ** min(self.failures - 1, 32), self.max_backoff)
+        self._retry_at = self.now() + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self._retry_at = float("-inf")
+
+
+def unavailable(retry_after: float, message: str = UNAVAILABLE) -> FetchError:
+    """The error callers see: no URL in it, a ``Retry-After`` of whole seconds (at least 1)."""
+    return FetchError(message, headers={"Retry-After": str(max(1, math.ceil(retry_after)))})

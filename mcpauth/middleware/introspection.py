@@ -1,20 +1,36 @@
 """RFC 7662 token introspection: for opaque tokens, or when revocation must take effect at
-once. The resource server authenticates to the introspection endpoint (RFC 7662 §2.1)."""
+once. The resource server authenticates to the introspection endpoint (RFC 7662 §2.1).
+
+An authorization server that fails is not stormed: discovering the endpoint is coalesced (one
+discovery in flight), and after a failed discovery or an unreachable or failing (5xx)
+introspection endpoint no new call is made for a growing, bounded back-off; requests in that
+window get 503 with ``Retry-After`` at once (:class:`~mcpauth.middleware._discovery.FetchGate`).
+"""
 
 from __future__ import annotations
 
 import base64
+import logging
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from mcpauth.errors import InvalidToken, ServerError, TemporarilyUnavailable
-from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
+from mcpauth.errors import ConfigurationError, InvalidToken, ServerError, TemporarilyUnavailable
+from mcpauth.middleware._discovery import (
+    FetchError,
+    FetchGate,
+    check_fetch_url,
+    discover_metadata,
+    unavailable,
+)
 from mcpauth.middleware.verifier import VerifiedToken, parse_scope
 
 __all__ = ["IntrospectionVerifier"]
+
+logger = logging.getLogger("mcpauth.middleware")
 
 
 def basic_credentials(client_id: str, client_secret: str) -> str:
@@ -50,6 +66,9 @@ class IntrospectionVerifier:
         endpoint: str | None = None,
         cache_seconds: float = 60.0,
         leeway: float = 30.0,
+        failure_backoff: float = 1.0,
+        max_failure_backoff: float = 60.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if endpoint is None and issuer is None:
             raise ValueError("IntrospectionVerifier needs an endpoint or an issuer to discover it")
@@ -60,6 +79,9 @@ class IntrospectionVerifier:
         self.cache_seconds = cache_seconds
         self.leeway = leeway
         self._authorization = basic_credentials(client_id, client_secret)
+        self._gate = FetchGate(
+            backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
+        )
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Introspect ``token`` and check it is active and meant for this resource.
@@ -103,6 +125,17 @@ class IntrospectionVerifier:
 
     async def _introspect(self, token: str) -> dict[str, Any]:
         endpoint = await self._endpoint()
+        self._gate.check()
+        try:
+            data = await self._post(endpoint, token)
+        except TemporarilyUnavailable as exc:
+            delay = self._gate.failed()
+            logger.warning("introspection failed (next try in %.0fs): %s", delay, exc.description)
+            raise unavailable(delay) from exc
+        self._gate.succeeded()
+        return data
+
+    async def _post(self, endpoint: str, token: str) -> dict[str, Any]:
         try:
             response = await self.http.post(
                 endpoint,
@@ -128,8 +161,25 @@ class IntrospectionVerifier:
         if self.endpoint is None:
             if self.issuer is None:
                 raise ServerError("No introspection endpoint configured")
-            metadata = await discover_metadata(self.http, self.issuer)
-            if not metadata.introspection_endpoint:
-                raise TemporarilyUnavailable(f"{self.issuer} publishes no introspection_endpoint")
-            self.endpoint = metadata.introspection_endpoint
+            self._gate.check()
+            async with self._gate.lock:
+                if self.endpoint is None:
+                    # Callers that queued behind a failed discovery share its outcome.
+                    self._gate.check()
+                    self.endpoint = await self._discover(self.issuer)
         return check_fetch_url(self.endpoint)
+
+    async def _discover(self, issuer: str) -> str:
+        try:
+            metadata = await discover_metadata(self.http, issuer)
+            if not metadata.introspection_endpoint:
+                raise FetchError(f"{issuer} publishes no introspection_endpoint")
+            endpoint = check_fetch_url(metadata.introspection_endpoint)
+        except (FetchError, ConfigurationError) as exc:
+            delay = self._gate.failed()
+            logger.warning(
+                "cannot discover the introspection endpoint (next try in %.0fs): %s", delay, exc
+            )
+            raise unavailable(delay) from exc
+        self._gate.succeeded()
+        return endpoint

@@ -1,19 +1,36 @@
 """The authorization server's JSON Web Key Set: discovered, fetched, cached per HTTP caching
-headers, and refetched on an unknown ``kid`` at most once per interval."""
+headers, and refetched on an unknown ``kid`` at most once per interval.
+
+While no keys are held, fetching is coalesced and backs off: one discovery-and-JWKS fetch is in
+flight at a time (concurrent callers wait for it and share its outcome), and after a failure no
+new fetch starts for a growing, bounded delay (``failure_backoff`` doubling up to
+``max_failure_backoff``). Callers in that window get a :class:`FetchError` at once, with
+``Retry-After`` and a description that names no URL; the details are logged.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-import anyio
 import httpx
 
 from mcpauth import jwt
 from mcpauth.caching import freshness_lifetime
-from mcpauth.middleware._discovery import FetchError, discover_metadata, fetch_json
+from mcpauth.errors import ConfigurationError
+from mcpauth.middleware._discovery import (
+    FetchError,
+    FetchGate,
+    discover_metadata,
+    fetch_json,
+    unavailable,
+)
 
 __all__ = ["JWKSCache"]
+
+logger = logging.getLogger("mcpauth.middleware")
+UNAVAILABLE = "The authorization server's signing keys are unavailable; try again later"
 
 
 def cache_lifetime(
@@ -33,7 +50,9 @@ class JWKSCache:
     lifetime the JWKS response allows (``Cache-Control: max-age``; between
     ``min_refresh_interval`` and ``max_cache_seconds``). A token naming an unknown ``kid``
     triggers one refetch, and at most one per ``min_refresh_interval`` however many such tokens
-    arrive. When a refetch fails, the last good keys stay in use.
+    arrive. When a refetch fails, the last good keys stay in use. Without any keys, fetches are
+    coalesced and back off after failures (module docstring). ``clock`` (seconds since the
+    epoch; :func:`time.time` by default) is injectable for tests.
     """
 
     def __init__(
@@ -45,6 +64,9 @@ class JWKSCache:
         min_refresh_interval: float = 30.0,
         default_cache_seconds: float = 300.0,
         max_cache_seconds: float = 86400.0,
+        failure_backoff: float = 1.0,
+        max_failure_backoff: float = 60.0,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.issuer = issuer
         self.http = http
@@ -55,8 +77,10 @@ class JWKSCache:
         self._keys: dict[str, jwt.VerificationKey] | None = None
         self._expires = 0.0
         self._last_attempt = float("-inf")
-        self._lock = anyio.Lock()
         self.fetch_count = 0
+        self._gate = FetchGate(
+            backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
+        )
 
     async def keys(self) -> Mapping[str, jwt.VerificationKey]:
         """The current keys, fetching them when absent or stale.
@@ -64,10 +88,11 @@ class JWKSCache:
         Raises:
             FetchError: no keys could be fetched and none are cached.
         """
-        if self._keys is not None and time.time() < self._expires:
+        if self._keys is not None and self._now() < self._expires:
             return self._keys
-        async with self._lock:
-            if self._keys is not None and time.time() < self._expires:
+        self._check_backoff()
+        async with self._gate.lock:
+            if self._keys is not None and self._now() < self._expires:
                 return self._keys
             return await self._fetch_or_stale()
 
@@ -78,23 +103,47 @@ class JWKSCache:
         Raises:
             FetchError: no keys could be fetched and none are cached.
         """
-        async with self._lock:
-            if time.time() - self._last_attempt < self.min_refresh_interval:
+        async with self._gate.lock:
+            if self._now() - self._last_attempt < self.min_refresh_interval:
                 return None
             return await self._fetch_or_stale()
 
+    def _now(self) -> float:
+        return self._gate.now()
+
+    def _check_backoff(self) -> None:
+        """Without keys, refuse at once while a failure's back-off lasts."""
+        if self._keys is None:
+            self._gate.check()
+
     async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
-        if self._keys is not None and time.time() - self._last_attempt < self.min_refresh_interval:
+        now = self._now()
+        if self._keys is not None and now - self._last_attempt < self.min_refresh_interval:
             return self._keys
-        self._last_attempt = time.time()
+        # Callers that queued on the lock behind a failed fetch share its outcome.
+        self._check_backoff()
+        self._last_attempt = now
         try:
-            return await self._fetch()
-        except FetchError:
+            keys = await self._fetch()
+        except FetchError as exc:
+            delay = self._gate.failed()
+            logger.warning(
+                "cannot fetch the signing keys of %s (failure %d, next try in %.0fs): %s",
+                self.issuer, self._gate.failures, delay, exc,
+            )  # fmt: skip
             if self._keys is None:
-                raise
+                raise unavailable(delay, UNAVAILABLE) from exc
             return self._keys
+        self._gate.succeeded()
+        return keys
 
     async def _fetch(self) -> dict[str, jwt.VerificationKey]:
+        try:
+            return await self._fetch_unchecked()
+        except ConfigurationError as exc:  # e.g. metadata naming a plain-http jwks_uri
+            raise FetchError(str(exc)) from exc
+
+    async def _fetch_unchecked(self) -> dict[str, jwt.VerificationKey]:
         if self.jwks_uri is None:
             metadata = await discover_metadata(self.http, self.issuer)
             if not metadata.jwks_uri:
@@ -112,5 +161,5 @@ class JWKSCache:
             ceiling=self.max_cache_seconds,
         )
         self._keys = keys
-        self._expires = time.time() + lifetime
+        self._expires = self._now() + lifetime
         return keys

@@ -1,15 +1,30 @@
 """``ProtectedResourceMiddleware``: pure ASGI middleware that makes any MCP HTTP server an
-OAuth 2.1 protected resource (MCP authorization, resource server part)."""
+OAuth 2.1 protected resource (MCP authorization, resource server part).
+
+WebSocket: MCP defines no WebSocket transport, so a WebSocket handshake is refused (403) unless
+``allow_websockets=True``. When allowed, the handshake passes the same checks as an HTTP
+request (Origin allow-list, bearer token with its audience, the required scopes, session
+binding) and every incoming frame is checked again: a frame after the token has expired, a
+frame that is not JSON-RPC while per-method or per-tool scopes are configured, or a message
+whose scopes the token lacks closes the connection with 1008 (policy violation). A refused
+handshake gets an HTTP denial response (401/403/404/503 with the same challenge and JSON body
+as HTTP) where the server supports the ASGI ``websocket.http.response`` extension, and a
+``websocket.close`` (1008) otherwise.
+
+The application never sees the caller's token: the ``Authorization`` header is removed from
+the scope handed to it, for HTTP and WebSocket alike (MCP RS-17).
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 import httpx
 from starlette.authentication import BaseUser
 
-from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError
+from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError, TemporarilyUnavailable
 from mcpauth.middleware import identity
 from mcpauth.middleware._asgi import (
     ASGIApp,
@@ -49,6 +64,7 @@ __all__ = ["ProtectedResourceMiddleware"]
 logger = logging.getLogger("mcpauth.middleware")
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 SESSION_HEADER = b"mcp-session-id"
+UNAVAILABLE = "The authorization server is unavailable; try again later"
 
 
 def default_verifier(
@@ -99,6 +115,7 @@ class ProtectedResourceMiddleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         token_cache_size: int = 10_000,
         session_table_size: int = 10_000,
+        allow_websockets: bool = False,
     ) -> None:
         self.app = app
         self.resource = canonical_resource(resource)
@@ -124,7 +141,8 @@ class ProtectedResourceMiddleware:
         self._metadata_paths = metadata_paths(self.resource)
         self._metadata_endpoint = ResourceMetadataEndpoint(document)
         self._challenge_scopes = tuple(self.policy.required or (document.scopes_supported or ()))
-        self._owns_http = http_client is None and verifier is None
+        # Closed at lifespan shutdown whenever created here, used or not.
+        self._owns_http = http_client is None
         self.http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(5.0))
         self.verifier = verifier or default_verifier(
             self.resource, authorization_servers, self.http
@@ -134,6 +152,7 @@ class ProtectedResourceMiddleware:
         self.max_body_bytes = max_body_bytes
         self.tokens = TokenCache(token_cache_size)
         self.sessions = SessionBindings(session_table_size)
+        self.allow_websockets = allow_websockets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -150,6 +169,7 @@ class ProtectedResourceMiddleware:
             await self._metadata_endpoint(scope, receive, send)
             return
         if _is_preflight(scope):
+            _strip_authorization(scope)
             await self.app(scope, receive, send)
             return
         if not self._origin_allowed(scope):
@@ -185,8 +205,7 @@ class ProtectedResourceMiddleware:
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
             await self._refuse(send, InsufficientScope(description), needed)
             return
-        # MCP RS-17: the application (and anything it calls) never receives the caller's token.
-        scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
+        _strip_authorization(scope)
         with identity.bound(scope, verified, user):
             await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
 
@@ -199,7 +218,15 @@ class ProtectedResourceMiddleware:
         if cached is not None:
             return cached
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
-        verified = await self.verifier.verify_token(raw)
+        try:
+            verified = await self.verifier.verify_token(raw)
+        except TemporarilyUnavailable as exc:
+            # The 503 body stays plain whatever the verifier wrote: no internal URLs.
+            logger.warning("cannot verify a token right now: %s", exc.description)
+            retry_after = exc.headers.get("Retry-After")
+            raise TemporarilyUnavailable(
+                UNAVAILABLE, headers={"Retry-After": retry_after} if retry_after else None
+            ) from exc
         user = identity.make_user(verified, digest)
         self.tokens.put(digest, verified, user)
         return verified, user
@@ -265,16 +292,96 @@ class ProtectedResourceMiddleware:
         return lifespan_send
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The HTTP policy applied to the handshake, then to every frame (module docstring)."""
+        deny = _websocket_denial(scope, send)
+        if not self.allow_websockets:
+            await send_json(deny, 403, jsonrpc_error(-32600, "WebSocket is not accepted here"))
+            return
+        if not self._origin_allowed(scope):
+            await send_json(deny, 403, jsonrpc_error(-32600, "Origin not allowed"))
+            return
         try:
             token = await self._authenticate(scope)
-        except OAuthError:
-            token = None
+        except OAuthError as error:
+            await self._refuse(deny, error)
+            return
         if token is None:
-            await send({"type": "websocket.close", "code": 1008})
+            await self._refuse(deny, None)
             return
         verified, user = token
+        session_id = first_header(scope, SESSION_HEADER)
+        if session_id is not None and not self.sessions.allows(session_id, verified.principal):
+            await send_json(deny, 404, jsonrpc_error(-32001, "Session not found"))
+            return
+        needed = self.policy.required
+        if self.policy.missing(verified.scopes, needed):
+            description = "This operation needs the scopes: " + " ".join(sorted(needed))
+            await self._refuse(deny, InsufficientScope(description), needed)
+            return
+        _strip_authorization(scope)
         with identity.bound(scope, verified, user):
-            await self.app(scope, receive, send)
+            await self.app(scope, self._websocket_receive(receive, send, verified), send)
+
+    def _websocket_receive(self, receive: Receive, send: Send, verified: VerifiedToken) -> Receive:
+        """``receive`` that checks each frame against the token and the scope policy."""
+        closed = False
+
+        async def checked_receive() -> Message:
+            nonlocal closed
+            if closed:
+                return {"type": "websocket.disconnect", "code": 1008}
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                return message
+            reason = self._frame_refusal(message, verified)
+            if reason is None:
+                return message
+            closed = True
+            logger.info("closing a WebSocket: %s", reason)
+            await send({"type": "websocket.close", "code": 1008, "reason": reason})
+            return {"type": "websocket.disconnect", "code": 1008}
+
+        return checked_receive
+
+    def _frame_refusal(self, message: Message, verified: VerifiedToken) -> str | None:
+        if verified.expires_at is not None and time.time() >= verified.expires_at:
+            return "The access token has expired"
+        if not self.policy.reads_body:
+            return None
+        frame = message.get("bytes") or (message.get("text") or "").encode()
+        if len(frame) > self.max_body_bytes:
+            return "The message is too large"
+        try:
+            messages = parse_jsonrpc(frame)
+        except MalformedRequest:
+            return "The message is not a well-formed JSON-RPC message"
+        needed = self.policy.needed_for(messages)
+        if self.policy.missing(verified.scopes, needed):
+            return "This operation needs the scopes: " + " ".join(sorted(needed))
+        return None
+
+
+def _strip_authorization(scope: Scope) -> None:
+    # MCP RS-17: the application (and anything it calls) never receives the caller's token.
+    scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
+
+
+def _websocket_denial(scope: Scope, send: Send) -> Send:
+    """A ``send`` that turns an HTTP response into a refused WebSocket handshake: the ASGI
+    denial response where the server supports it, else ``websocket.close`` (1008)."""
+    extensions = scope.get("extensions") or {}
+    if "websocket.http.response" in extensions:
+
+        async def deny_with_response(message: Message) -> None:
+            await send({**message, "type": "websocket." + message["type"]})
+
+        return deny_with_response
+
+    async def deny_with_close(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            await send({"type": "websocket.close", "code": 1008})
+
+    return deny_with_close
 
 
 class _PayloadTooLarge(InvalidRequest):

@@ -9,24 +9,35 @@ error body.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
-from mcpauth.middleware._asgi import Message, Receive, Scope, Send, jsonrpc_error, send_json
+from mcpauth.middleware._asgi import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    first_header,
+    jsonrpc_error,
+    refuse_websocket,
+    send_json,
+)
 from mcpauth.middleware.identity import verified_token
 
 __all__ = ["IdentityHeaders", "UpstreamProxy"]
 
 logger = logging.getLogger("mcpauth.proxy")
 
-# RFC 9110 §7.6.1 hop-by-hop fields, plus what the proxy sets itself.
+# RFC 9110 §7.6.1: hop-by-hop fields (plus those the Connection field names) are never
+# forwarded, in either direction. Proxy-Authenticate/-Authorization are for this hop too.
 _HOP_BY_HOP = frozenset(
     {
         b"connection",
+        b"proxy-connection",
         b"keep-alive",
         b"proxy-authenticate",
         b"proxy-authorization",
@@ -34,11 +45,36 @@ _HOP_BY_HOP = frozenset(
         b"trailer",
         b"transfer-encoding",
         b"upgrade",
-        b"host",
     }
 )
+# Set by the proxy from what it saw; a client's own values are dropped (RFC 7239 §8.1).
+_FORWARDING = frozenset(
+    {b"host", b"forwarded", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
+)
+# The ASGI server adds its own; the upstream's would be duplicates.
+_SERVER_SET = frozenset({b"date", b"server"})
 _IDENTITY_PREFIX = b"x-mcpauth-"
 UPSTREAM_UNAVAILABLE = -32603
+_PREFLIGHT_METHODS = b"GET, POST, DELETE, OPTIONS"
+_PREFLIGHT_HEADERS = (
+    b"Authorization, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, Mcp-Protocol-Version"
+)
+_EXPOSED_HEADERS = b"Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate"
+
+
+def field_name(raw: bytes) -> bytes:
+    """A header name as compared here: lowercase, ``_`` read as ``-`` (some servers map one to
+    the other, so ``X_MCPAuth_Subject`` must count as ``X-MCPAuth-Subject``)."""
+    return raw.lower().replace(b"_", b"-")
+
+
+def connection_named(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """The field names listed in ``Connection`` (RFC 9110 §7.6.1), normalized."""
+    named: set[bytes] = set()
+    for key, value in headers:
+        if field_name(key) == b"connection":
+            named.update(field_name(token.strip()) for token in value.split(b",") if token.strip())
+    return frozenset(named)
 
 
 @dataclass(frozen=True)
@@ -48,9 +84,13 @@ class IdentityHeaders:
     subject: str = "X-MCPAuth-Subject"
     client: str = "X-MCPAuth-Client"
     scopes: str = "X-MCPAuth-Scopes"
+    issuer: str = "X-MCPAuth-Issuer"
 
     def names(self) -> frozenset[bytes]:
-        return frozenset(n.lower().encode() for n in (self.subject, self.client, self.scopes))
+        """The names, normalized as :func:`field_name` does."""
+        return frozenset(
+            field_name(n.encode()) for n in (self.subject, self.client, self.scopes, self.issuer)
+        )
 
 
 def default_client() -> httpx.AsyncClient:
@@ -61,7 +101,17 @@ def default_client() -> httpx.AsyncClient:
 
 
 class UpstreamProxy:
-    """ASGI app forwarding requests for ``path`` to ``upstream`` (other paths get 404)."""
+    """ASGI app forwarding requests for ``path`` to ``upstream`` (other paths get 404).
+
+    Header hygiene, both ways: hop-by-hop fields and those named in ``Connection`` are dropped
+    (RFC 9110 §7.6.1); from the client, every spelling (case, ``_`` for ``-``) of the identity
+    headers, any ``X-MCPAuth-*``, ``Authorization`` and the forwarding headers are dropped, and
+    ``X-Forwarded-For``/``-Proto``/``-Host`` are set from what the proxy saw; the identity
+    headers (subject, client, scopes, issuer) come from the verified token. From the upstream,
+    ``Date``/``Server`` (the ASGI server sets its own) and CORS headers are dropped. CORS is
+    answered here: a preflight never reaches the upstream; ``allowed_origins`` (``None``: any
+    origin) decides which origins get ``Access-Control-Allow-Origin``.
+    """
 
     def __init__(
         self,
@@ -70,19 +120,27 @@ class UpstreamProxy:
         path: str,
         client: httpx.AsyncClient | None = None,
         identity_headers: IdentityHeaders | None = None,
+        allowed_origins: Iterable[str] | None = None,
     ) -> None:
         self.upstream = upstream
         self.path = path or "/"
         self.client = client or default_client()
         self.identity = identity_headers or IdentityHeaders()
-        self._strip = _HOP_BY_HOP | self.identity.names() | {b"authorization"}
+        self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
+        self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | {b"authorization"}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":
+            await refuse_websocket(send)
+            return
         if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
             await send_json(send, 404, {"error": "not_found"})
+            return
+        if _is_preflight(scope):
+            await self._preflight(scope, send)
             return
         request = self.client.build_request(
             scope["method"],
@@ -99,7 +157,7 @@ class UpstreamProxy:
             )
             return
         try:
-            await _relay(response, receive, send)
+            await _relay(response, receive, send, self._cors_headers(scope))
         finally:
             await response.aclose()
 
@@ -108,19 +166,52 @@ class UpstreamProxy:
         return self.upstream + (f"?{query}" if query else "")
 
     def _request_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        received: list[tuple[bytes, bytes]] = list(scope["headers"])
+        strip = self._strip | connection_named(received)
         headers = [
             (key, value)
-            for key, value in scope["headers"]
-            if key.lower() not in self._strip and not key.lower().startswith(_IDENTITY_PREFIX)
+            for key, value in received
+            if field_name(key) not in strip and not field_name(key).startswith(_IDENTITY_PREFIX)
         ]
         headers.append((b"host", urlsplit(self.upstream).netloc.encode()))
+        headers.extend(_forwarded_for(scope))
         token = verified_token(scope)
         if token is not None:
             # MCP RS-17: identity goes upstream, the caller's token never does.
             headers.append((self.identity.subject.encode(), (token.subject or "").encode()))
             headers.append((self.identity.client.encode(), token.client_id.encode()))
             headers.append((self.identity.scopes.encode(), " ".join(token.scopes).encode()))
+            headers.append((self.identity.issuer.encode(), (token.issuer or "").encode()))
         return headers
+
+    def _cors_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """``Access-Control-Allow-Origin`` (and friends) for this request's Origin, if allowed."""
+        origin = first_header(scope, b"origin")
+        if origin is None:
+            return []
+        if self.allowed_origins is None:
+            allow = [(b"access-control-allow-origin", b"*")]
+        elif origin in self.allowed_origins:
+            allow = [
+                (b"access-control-allow-origin", origin.encode("latin-1")),
+                (b"vary", b"Origin"),
+            ]
+        else:
+            return []
+        return [*allow, (b"access-control-expose-headers", _EXPOSED_HEADERS)]
+
+    async def _preflight(self, scope: Scope, send: Send) -> None:
+        """Answer a CORS preflight here; it carries no credentials and never goes upstream."""
+        allow = self._cors_headers(scope)
+        if allow:
+            allow += [
+                (b"access-control-allow-methods", _PREFLIGHT_METHODS),
+                (b"access-control-allow-headers", _PREFLIGHT_HEADERS),
+                (b"access-control-max-age", b"600"),
+            ]
+        status = 204 if allow else 403
+        await send({"type": "http.response.start", "status": status, "headers": allow})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -131,6 +222,26 @@ class UpstreamProxy:
                 await self.client.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _is_preflight(scope: Scope) -> bool:
+    return (
+        scope.get("method") == "OPTIONS"
+        and first_header(scope, b"access-control-request-method") is not None
+    )
+
+
+def _forwarded_for(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """``X-Forwarded-*`` from the connection the proxy accepted, never from the client's claims."""
+    headers: list[tuple[bytes, bytes]] = []
+    client = scope.get("client")
+    if client:
+        headers.append((b"x-forwarded-for", str(client[0]).encode("latin-1")))
+    headers.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode("latin-1")))
+    host = first_header(scope, b"host")
+    if host is not None:
+        headers.append((b"x-forwarded-host", host.encode("latin-1")))
+    return headers
 
 
 def _has_body(scope: Scope) -> bool:
@@ -149,13 +260,18 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def _relay(response: httpx.Response, receive: Receive, send: Send) -> None:
+async def _relay(
+    response: httpx.Response, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
+) -> None:
     """Stream the upstream response to the client; stop when the client goes away."""
+    raw = [(key.lower(), value) for key, value in response.headers.raw]
+    strip = _HOP_BY_HOP | _SERVER_SET | connection_named(raw)
     headers = [
-        (key.lower(), value)
-        for key, value in response.headers.raw
-        if key.lower() not in _HOP_BY_HOP
+        (key, value)
+        for key, value in raw
+        if field_name(key) not in strip and not key.startswith(b"access-control-")
     ]
+    headers.extend(cors)
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     async with anyio.create_task_group() as group:
 

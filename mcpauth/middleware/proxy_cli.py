@@ -2,6 +2,8 @@
 
 mcpauth proxy --upstream URL --resource URL --authorization-server URL
               [--host H] [--port P] [--scope S]... [--tool-scope TOOL=SCOPE]...
+              [--allowed-origin ORIGIN]...
+              [--max-sessions N] [--max-sessions-per-subject N] [--session-idle-timeout S]
 mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]...
 """
 
@@ -15,6 +17,11 @@ from collections.abc import Sequence
 from mcpauth.middleware._asgi import ASGIApp
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
 from mcpauth.middleware.proxy import IdentityHeaders, UpstreamProxy
+from mcpauth.middleware.proxy_stdio import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_SUBJECT,
+)
 from mcpauth.uris import URIError, canonical_resource, path_of
 
 __all__ = ["add_proxy_parser", "build_proxy_app", "main", "run_proxy"]
@@ -25,6 +32,23 @@ def _tool_scope(value: str) -> tuple[str, str]:
     if not sep or not tool or not scope.strip():
         raise argparse.ArgumentTypeError(f"expected TOOL=SCOPE, got {value!r}")
     return tool, scope
+
+
+def _positive_int(value: str) -> int:
+    number = int(value) if value.isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
+def _positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -52,6 +76,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--subject-header", default=IdentityHeaders.subject)
     parser.add_argument("--client-header", default=IdentityHeaders.client)
     parser.add_argument("--scopes-header", default=IdentityHeaders.scopes)
+    parser.add_argument("--issuer-header", default=IdentityHeaders.issuer)
+    parser.add_argument(
+        "--allowed-origin", action="append", dest="allowed_origins", metavar="ORIGIN",
+        help="browser Origin allowed to call (repeatable; default: any origin)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-sessions", type=_positive_int, default=DEFAULT_MAX_SESSIONS, metavar="N",
+        help="stdio mode: most child processes at once (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-sessions-per-subject", type=_positive_int,
+        default=DEFAULT_MAX_SESSIONS_PER_SUBJECT, metavar="N",
+        help="stdio mode: most open sessions per user (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--session-idle-timeout", type=_positive_seconds, default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="stdio mode: stop a session's child after this long unused (default %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
         "stdio_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG]...",
         help="run this MCP stdio server instead of proxying --upstream",
@@ -86,14 +129,24 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     resource = canonical_resource(args.resource)
     inner: ASGIApp
     if args.upstream:
-        headers = IdentityHeaders(args.subject_header, args.client_header, args.scopes_header)
+        headers = IdentityHeaders(
+            args.subject_header, args.client_header, args.scopes_header, args.issuer_header
+        )
         inner = UpstreamProxy(
-            args.upstream, path=path_of(resource) or "/", identity_headers=headers
+            args.upstream,
+            path=path_of(resource) or "/",
+            identity_headers=headers,
+            allowed_origins=args.allowed_origins,
         )
     else:
         from mcpauth.middleware.proxy_stdio import StdioBridge
 
-        inner = StdioBridge(command)
+        inner = StdioBridge(
+            command,
+            max_sessions=args.max_sessions,
+            max_sessions_per_subject=args.max_sessions_per_subject,
+            idle_timeout=args.session_idle_timeout,
+        )
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
         tool_scopes.setdefault(tool, []).extend(scope.split())
@@ -105,6 +158,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         scopes_supported=sorted(set(args.scopes)) or None,
         tool_scopes=tool_scopes or None,
         resource_name=args.resource_name,
+        allowed_origins=args.allowed_origins,
     )
 
 

@@ -3,13 +3,18 @@ introspection) served in-process, a token minter, and a recording app."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -161,3 +166,30 @@ def rpc(method: str, params: dict[str, Any] | None = None, id: int = 1) -> dict[
     if params is not None:
         message["params"] = params
     return message
+
+
+@contextlib.contextmanager
+def serve(app: Any = None, *, factory: Any = None, lifespan: str = "auto") -> Iterator[str]:
+    """Run ``app`` (or ``factory("http://host:port")``) with uvicorn in a thread on 127.0.0.1
+    (ephemeral port); yield its ``host:port``.
+
+    The socket listens before the thread starts, so clients connect at once (no start-up poll);
+    the lifespan startup may still be running then, which these apps do not mind. Forwarding
+    headers are not trusted, so a test client on 127.0.0.1 is seen as a direct client.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    address = f"127.0.0.1:{sock.getsockname()[1]}"
+    target = factory(f"http://{address}") if factory is not None else app
+    config = uvicorn.Config(target, log_level="warning", lifespan=lifespan, proxy_headers=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield address
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from mcpauth.middleware import ProtectedResourceMiddleware
 from mcpauth.middleware.proxy import UpstreamProxy
 from mcpauth.middleware.proxy_cli import add_proxy_parser, build_proxy_app
+from mcpauth.middleware.proxy_stdio import StdioBridge
 
 from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, client_for, rpc
 
@@ -145,3 +146,31 @@ def test_the_cli_needs_exactly_one_of_upstream_and_command(extra: list[str]) -> 
 def test_a_malformed_tool_scope_is_a_usage_error() -> None:
     with pytest.raises(SystemExit):
         parse(["--resource", RESOURCE, "--authorization-server", ISSUER, "--tool-scope", "nope"])
+
+
+def test_the_cli_passes_session_limits_to_the_stdio_bridge() -> None:
+    base = ["--resource", RESOURCE, "--authorization-server", ISSUER]
+    limits = ["--max-sessions", "7", "--max-sessions-per-subject", "2"]
+    args = parse([*base, *limits, "--session-idle-timeout", "30", "--", "python", "server.py"])
+    bridge = build_proxy_app(args).app
+    assert isinstance(bridge, StdioBridge)
+    assert (bridge.max_sessions, bridge.max_sessions_per_subject) == (7, 2)
+    assert bridge.idle_timeout == 30.0
+    defaults = build_proxy_app(parse([*base, "--", "python", "server.py"])).app
+    assert isinstance(defaults, StdioBridge)
+    assert (defaults.max_sessions, defaults.max_sessions_per_subject) == (100, 10)
+    assert defaults.idle_timeout == 900.0
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--max-sessions", "0"],
+        ["--max-sessions-per-subject", "-1"],
+        ["--session-idle-timeout", "0"],
+        ["--session-idle-timeout", "nan"],
+    ],
+)
+def test_non_positive_session_limits_are_usage_errors(option: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["--resource", RESOURCE, "--authorization-server", ISSUER, *option])

@@ -224,6 +224,6 @@ async def test_websockets_are_protected_too(
         return {"type": "websocket.connect"}
 
     scope = {"type": "websocket", "path": "/mcp", "headers": headers}
-    await protect(app=app)(scope, receive, send)
+    await protect(app=app, allow_websockets=True)(scope, receive, send)
     assert bool(reached) is authorized
     assert (sent == [{"type": "websocket.close", "code": 1008}]) is not authorized
