@@ -19,10 +19,17 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from mcpauth.errors import MCPAuthError
-from mcpauth.server.ssrf import FetchedResponse, FetchError, SafeFetcher
+from mcpauth.server.ssrf import FetchedResponse, FetchError
+
+
+class AsyncFetcher(Protocol):
+    """What the gate fetches with: ``SafeFetcher`` in the server."""
+
+    async def aget(self, url: str) -> FetchedResponse: ...
 
 
 class FetchDeclined(MCPAuthError):
@@ -73,7 +80,7 @@ def _retrieve(task: asyncio.Task[FetchedResponse]) -> None:
 class FetchGate:
     def __init__(
         self,
-        fetcher: SafeFetcher,
+        fetcher: AsyncFetcher,
         limits: FetchLimits | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
