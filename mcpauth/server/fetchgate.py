@@ -78,6 +78,9 @@ def _retrieve(task: asyncio.Task[FetchedResponse]) -> None:
 
 
 class FetchGate:
+    """The one way the server fetches client-controlled URLs (see the module docstring); use
+    it from the event loop only."""
+
     def __init__(
         self,
         fetcher: AsyncFetcher,
@@ -110,6 +113,7 @@ class FetchGate:
         return await asyncio.shield(running)
 
     def in_flight(self) -> int:
+        """How many fetches are running now."""
         return len(self._running)
 
     def _raise_recent_failure(self, url: str, now: float) -> None:

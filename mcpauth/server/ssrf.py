@@ -301,7 +301,8 @@ class SafeFetcher:
 
     ``allow_hosts`` (exact host names) skip the address check, for tests and intranets;
     ``deny_hosts`` are never fetched and win over ``allow_hosts``. ``ssl_context`` replaces the
-    default trust store (tests trust their own CA). Safe to share between threads.
+    default trust store (tests trust their own CA). Safe to share between threads and event
+    loops: every fetch has its own connection pool.
     """
 
     def __init__(
