@@ -2,11 +2,14 @@
 a ``client_id`` that is an https URL names a JSON document that describes the client. It is
 fetched with the SSRF-safe client (``ssrf.py``), validated like an RFC 7591 registration plus
 the CIMD rules, and returned as an unsaved ``Client(source="cimd")``. Validated documents are
-cached per URL within bounds; failures and invalid documents never are (AS-10)."""
+cached per URL within bounds; invalid documents never are (AS-10). Fetch failures are
+remembered briefly by the server's fetch gate (``fetchgate.py``), and are described to the
+requester only as "could not be fetched"."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -18,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 from mcpauth.caching import freshness_lifetime
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
 from mcpauth.server.config import Settings
+from mcpauth.server.fetchgate import FetchDeclined
 from mcpauth.server.registration import validate_client_metadata
 from mcpauth.server.ssrf import FetchedResponse, FetchError, SafeFetcher
 from mcpauth.server.storage.models import Client
@@ -29,6 +33,8 @@ MIN_TTL, DEFAULT_TTL, MAX_TTL = 60, 300, 24 * 3600
 _AUTH_METHODS = ("none", "private_key_jwt")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
 _DOT_SEGMENTS = {".", ".."}
+NOT_FETCHED = "the client metadata document could not be fetched"
+log = logging.getLogger(__name__)
 
 
 class CIMDError(InvalidClient):
@@ -264,13 +270,14 @@ def resolve_client_metadata_document(
 ) -> Client:
     """Resolve a URL ``client_id`` to an unsaved ``Client(source="cimd")``.
 
-    Blocking (run it in a worker thread). ``fetcher`` defaults to ``fetcher_for(settings)``;
-    pass one built once per application to reuse its TLS context. Without ``cache`` every call
-    fetches.
+    Blocking. ``fetcher`` defaults to ``fetcher_for(settings)``; the server passes one that
+    suspends the worker thread's call while the fetch runs on the event loop
+    (``directory.py``). Without ``cache`` every call fetches.
 
     Raises:
         CIMDError: metadata documents are disabled; the URL breaks a CIMD rule or its host is
-            denied; fetching failed (AS-14: the authorization must then be aborted); the
+            denied; fetching failed or was declined by a limit (AS-14: the authorization must
+            then be aborted; the description never says how a fetch failed); the
             document is not JSON, its ``client_id`` is not the URL, or its metadata is invalid.
     """
     if not settings.cimd_enabled:
@@ -284,8 +291,13 @@ def resolve_client_metadata_document(
     fetch = fetcher or fetcher_for(settings)
     try:
         response = fetch(client_id)
+    except FetchDeclined as exc:
+        raise CIMDError(exc.message) from exc
     except FetchError as exc:
-        raise CIMDError(f"cannot fetch the client metadata document: {exc.message}") from exc
+        # Not an oracle: the requester learns that the fetch failed, never which address the
+        # host resolved to or how the connection ended (the log has that).
+        log.warning("client metadata document not fetched: %s", exc.message)
+        raise CIMDError(NOT_FETCHED) from exc
     fields = _client_fields(client_id, _parse(response))
     # AS-10: only a document that passed every check is cached, for as long as HTTP allows
     lifetime = cache_lifetime(response.headers, now)

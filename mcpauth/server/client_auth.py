@@ -17,6 +17,7 @@ from mcpauth.server.assertions import (
     verify_client_assertion,
 )
 from mcpauth.server.context import ServerContext
+from mcpauth.server.directory import requests_from
 from mcpauth.server.observability import audit
 from mcpauth.server.secrets import matches
 from mcpauth.server.storage.models import Client
@@ -158,9 +159,11 @@ def authenticate_request(
     credentials = credentials or presented_credentials(authorization, form)
     now = ctx.now()
     try:
-        client = authenticate(ctx, credentials, now=now, address=address)
-        if credentials.method == "private_key_jwt" and credentials.secret is not None:
-            verify_client_assertion(ctx, client, credentials.secret, endpoint)
+        # a metadata document or jwks_uri fetched for this request counts against the address
+        with requests_from(address):
+            client = authenticate(ctx, credentials, now=now, address=address)
+            if credentials.method == "private_key_jwt" and credentials.secret is not None:
+                verify_client_assertion(ctx, client, credentials.secret, endpoint)
     except InvalidClient:
         with ctx.db.write() as session:
             record_failure(session, credentials, now=now, address=address)

@@ -6,15 +6,21 @@ connection: the backend resolves the host once, refuses if *any* address is spec
 connects to the address it checked (no second DNS lookup, so no DNS rebinding between check and
 connect). TLS still verifies the certificate against the URL's host name. Around that: https
 only, no redirects, one total deadline for resolve + connect + TLS + write + every read, a body
-cap enforced while streaming, no compression, no cookies, no proxies from the environment."""
+cap enforced while streaming, no compression, no cookies, no proxies from the environment.
+
+Fetches run on the event loop (``SafeFetcher.aget``): a host that accepts the connection and
+never answers holds a coroutine until the deadline, never one of the threads the database
+work runs in. Only name lookups use threads, a few of their own."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import ipaddress
 import socket
 import ssl
-import time
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import AsyncIterable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +35,9 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, attacks.md row 21)
 DEFAULT_MAX_BYTES = 5 * 1024  # CIMD-00 §6.6: about 5 KB
 USER_AGENT = "mcpauth (client metadata fetcher)"
+RESOLVER_THREADS = 8  # name lookups at once; more wait their turn within their deadline
+_RESOLVER: ThreadPoolExecutor | None = None
+_RESOLVER_LOCK = threading.Lock()
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291 §2.5.5.1, deprecated
@@ -104,22 +113,28 @@ def _normal_host(host: str) -> str:
     return host.strip("[]").rstrip(".").lower()
 
 
-def _resolve(host: str, port: int, timeout: float) -> list[tuple[IPAddress, str]]:
-    """Resolve once: ``(address, what to connect to)`` pairs, bounded by ``timeout``."""
+def _resolver() -> ThreadPoolExecutor:
+    """The threads ``getaddrinfo`` runs in: its own few, never the database's (a name server
+    that stalls must not hold a thread the rest of the server needs)."""
+    global _RESOLVER
+    with _RESOLVER_LOCK:
+        if _RESOLVER is None:
+            _RESOLVER = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="mcpauth-resolve")
+        return _RESOLVER
+
+
+async def _resolve(host: str, port: int) -> list[tuple[IPAddress, str]]:
+    """Resolve once: ``(address, what to connect to)`` pairs. The caller's deadline bounds the
+    wait; a lookup still running then finishes in its resolver thread."""
     try:
         return [(ipaddress.ip_address(host), host)]
     except ValueError:
         pass  # a name, not an address literal
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcpauth-resolve")
+    lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
     try:
-        future = executor.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
-        infos = future.result(timeout=max(timeout, 0.001))
-    except TimeoutError as exc:
-        raise FetchError(f"resolving {host} timed out") from exc
+        infos = await asyncio.get_running_loop().run_in_executor(_resolver(), lookup)
     except (socket.gaierror, UnicodeError) as exc:
         raise FetchError(f"cannot resolve {host}: {exc}") from exc
-    finally:
-        executor.shutdown(wait=False)
     found: dict[str, IPAddress] = {}
     for _family, _type, _proto, _canon, sockaddr in infos:
         text = str(sockaddr[0])
@@ -129,71 +144,85 @@ def _resolve(host: str, port: int, timeout: float) -> list[tuple[IPAddress, str]
     return [(address, text) for text, address in found.items()]
 
 
-def _time_left(deadline: float, timeout: float | None, exc: type[Exception]) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise exc("the total timeout expired")
-    return left if timeout is None else min(timeout, left)
+class _Stream(httpcore.AsyncNetworkStream):
+    """An asyncio connection for httpcore. The ``timeout`` parameters (httpcore's interface)
+    are ignored: the fetch's one total deadline cancels whatever runs when it expires."""
 
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
 
-class _DeadlineStream(httpcore.NetworkStream):
-    """Caps every operation's timeout at what is left of the fetch's total deadline."""
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        try:
+            return await self._reader.read(max_bytes)
+        except OSError as exc:
+            raise httpcore.ReadError(str(exc)) from exc
 
-    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
-        self._inner = inner
-        self._deadline = deadline
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if not buffer:
+            return
+        try:
+            self._writer.write(buffer)
+            await self._writer.drain()
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc)) from exc
 
-    def _left(self, timeout: float | None, exc: type[Exception]) -> float:
-        return _time_left(self._deadline, timeout, exc)
+    async def aclose(self) -> None:
+        # abort, not close: a graceful TLS close waits for the peer, which may never answer
+        self._writer.transport.abort()
 
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, self._left(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
+    async def start_tls(
         self,
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        left = self._left(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(
-            self._inner.start_tls(ssl_context, server_hostname, left), self._deadline
-        )
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+        except OSError as exc:  # ssl.SSLError (certificate checks) is an OSError
+            raise httpcore.ConnectError(str(exc)) from exc
+        return self
 
     def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
+        return self._writer.get_extra_info(info)
 
 
-class _GuardedBackend(httpcore.NetworkBackend):
+async def _connect(address: IPAddress, target: str, port: int) -> _Stream:
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        # an address, not a name: asyncio connects without another lookup
+        await asyncio.get_running_loop().sock_connect(sock, (target, port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return _Stream(reader, writer)
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
     """Resolve, check every address (row 21: after DNS, at connect time), connect to it."""
 
-    def __init__(self, allow: frozenset[str], deny: frozenset[str], deadline: float) -> None:
+    def __init__(self, allow: frozenset[str], deny: frozenset[str]) -> None:
         self._allow = allow
         self._deny = deny
-        self._deadline = deadline
-        self._inner = httpcore.SyncBackend()
+        self.resolving: str | None = None  # the name being looked up, for the timeout message
 
-    def _left(self) -> float:
-        return _time_left(self._deadline, None, httpcore.ConnectTimeout)
-
-    def connect_tcp(
+    async def connect_tcp(
         self,
         host: str,
         port: int,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
+    ) -> httpcore.AsyncNetworkStream:
         name = _normal_host(host)
         if name in self._deny:
             raise FetchError(f"{name} is on the deny list")
-        addresses = _resolve(name, port, self._left())
+        self.resolving = name
+        addresses = await _resolve(name, port)
+        self.resolving = None
         if name not in self._allow:
             for address, _ in addresses:
                 # CIMD §6.5 / attacks.md row 21: no special-use address, whatever DNS says
@@ -201,17 +230,24 @@ class _GuardedBackend(httpcore.NetworkBackend):
                     raise FetchError(
                         f"refused {name}: {address} is a special-use address ({reason})"
                     )
-        failure: httpcore.ConnectError | None = None
-        for _, target in addresses:
+        failure: OSError | None = None
+        for address, target in addresses:
             try:
-                stream = self._inner.connect_tcp(
-                    target, port, self._left(), local_address, socket_options
-                )
-            except httpcore.ConnectError as exc:
+                return await _connect(address, target, port)
+            except OSError as exc:
                 failure = exc
-                continue
-            return _DeadlineStream(stream, self._deadline)
-        raise failure or httpcore.ConnectError(f"cannot connect to {name}")
+        raise httpcore.ConnectError(str(failure or f"cannot connect to {name}"))
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise FetchError("unix sockets are never fetched from")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 @contextmanager
@@ -231,15 +267,15 @@ def _host_set(hosts: Iterable[str]) -> frozenset[str]:
     return frozenset(_normal_host(h) for h in hosts if h.strip())
 
 
-def _read_capped(
-    chunks: Iterable[bytes], headers: httpx.Headers, url: str, max_bytes: int
+async def _read_capped(
+    chunks: AsyncIterable[bytes], headers: httpx.Headers, url: str, max_bytes: int
 ) -> bytes:
     """The body, refused past ``max_bytes`` without reading the rest (CIMD-00 §6.6)."""
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise FetchError(f"{url}: the response is {declared} bytes; the limit is {max_bytes}")
     body = bytearray()
-    for chunk in chunks:
+    async for chunk in chunks:
         body += chunk
         if len(body) > max_bytes:
             raise FetchError(f"{url}: the response is larger than {max_bytes} bytes")
@@ -265,7 +301,8 @@ class SafeFetcher:
 
     ``allow_hosts`` (exact host names) skip the address check, for tests and intranets;
     ``deny_hosts`` are never fetched and win over ``allow_hosts``. ``ssl_context`` replaces the
-    default trust store (tests trust their own CA). Safe to share between threads.
+    default trust store (tests trust their own CA). Safe to share between threads and event
+    loops: every fetch has its own connection pool.
     """
 
     def __init__(
@@ -283,8 +320,10 @@ class SafeFetcher:
         self.max_bytes = max_bytes
         self.ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
 
-    def get(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
-        """Fetch ``url`` once, within ``timeout`` seconds in total.
+    async def aget(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
+        """Fetch ``url`` once, within ``timeout`` seconds in total, on the running event loop
+        (no thread is held while the host takes its time; names resolve in a few threads of
+        their own).
 
         Raises:
             FetchError: the URL is not https or names a denied host; the host resolves to a
@@ -292,26 +331,38 @@ class SafeFetcher:
                 took too long; the answer is a redirect, not 200, compressed, or too large.
         """
         target = self._check_url(url)
-        backend = _GuardedBackend(
-            self.allow_hosts, self.deny_hosts, time.monotonic() + self.timeout
-        )
+        backend = _GuardedBackend(self.allow_hosts, self.deny_hosts)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._exchange(url, target, accept, backend)
+        except TimeoutError as exc:
+            if backend.resolving is not None:
+                raise FetchError(f"resolving {backend.resolving} timed out") from exc
+            raise FetchError(f"{url}: no complete response within {self.timeout:g} s") from exc
+
+    def get(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
+        """:meth:`aget` for blocking code (the command line, tests): runs its own event loop,
+        so never call it from a thread that runs one."""
+        return asyncio.run(self.aget(url, accept=accept))
+
+    async def _exchange(
+        self, url: str, target: httpx.URL, accept: str, backend: _GuardedBackend
+    ) -> FetchedResponse:
         request_url = httpcore.URL(
             scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
         )
         headers = [("Accept", accept), ("Accept-Encoding", "identity"), ("User-Agent", USER_AGENT)]
-        limit = dict.fromkeys(("connect", "read", "write", "pool"), self.timeout)
         # httpcore directly: it never follows redirects, keeps no cookies and reads no proxy
         # settings from the environment; a fresh pool per fetch shares no connections.
-        with (
-            httpcore.ConnectionPool(ssl_context=self.ssl_context, network_backend=backend) as pool,
-            _mapped(url, self.timeout),
-            pool.stream(
-                "GET", request_url, headers=headers, extensions={"timeout": limit}
-            ) as response,
-        ):
-            received = httpx.Headers(response.headers)
-            _check_response(response.status, received, url)
-            content = _read_capped(response.iter_stream(), received, url, self.max_bytes)
+        pool = httpcore.AsyncConnectionPool(ssl_context=self.ssl_context, network_backend=backend)
+        async with pool:
+            with _mapped(url, self.timeout):
+                async with pool.stream("GET", request_url, headers=headers) as response:
+                    received = httpx.Headers(response.headers)
+                    _check_response(response.status, received, url)
+                    content = await _read_capped(
+                        response.aiter_stream(), received, url, self.max_bytes
+                    )
         return FetchedResponse(url, response.status, received, content)
 
     __call__ = get

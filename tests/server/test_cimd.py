@@ -22,6 +22,7 @@ from mcpauth.server.cimd import (
     resolve_client_metadata_document,
 )
 from mcpauth.server.config import Settings
+from mcpauth.server.fetchgate import BUSY, FetchDeclined
 from mcpauth.server.ssrf import FetchedResponse, FetchError
 
 URL = "https://app.example.com/oauth/client.json"
@@ -43,7 +44,7 @@ class Publisher:
 
     body: Any = field(default_factory=document)
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
-    error: FetchError | None = None
+    error: FetchError | FetchDeclined | None = None
     fetched: list[str] = field(default_factory=list)
 
     def __call__(self, url: str) -> FetchedResponse:
@@ -170,12 +171,25 @@ def test_as18_a_suffix_entry_does_not_deny_lookalike_domains(resolve: Callable[.
     assert client.client_id == URL
 
 
-def test_as14_a_failed_fetch_aborts_with_the_fetch_error_message(
-    resolve: Callable[..., Any], publisher: Publisher
+def test_as14_a_failed_fetch_aborts_saying_only_that_the_document_could_not_be_fetched(
+    resolve: Callable[..., Any], publisher: Publisher, caplog: pytest.LogCaptureFixture
 ) -> None:
     publisher.error = FetchError("refused 10.0.0.1: 10.0.0.1 is a special-use address (private)")
-    with pytest.raises(CIMDError, match=r"cannot fetch the client metadata document: refused"):
+    with pytest.raises(CIMDError) as caught:
         resolve()
+    # not an oracle: no resolved address, no connection error for the requester
+    assert caught.value.description == "the client metadata document could not be fetched"
+    assert caught.value.__cause__ is publisher.error
+    assert "10.0.0.1 is a special-use address" in caplog.text  # the operator still sees why
+
+
+def test_a_fetch_declined_by_a_limit_is_described_as_such(
+    resolve: Callable[..., Any], publisher: Publisher
+) -> None:
+    publisher.error = FetchDeclined(BUSY)
+    with pytest.raises(CIMDError) as caught:
+        resolve()
+    assert caught.value.description == BUSY
 
 
 @pytest.mark.parametrize(
@@ -500,7 +514,7 @@ def test_as10_an_expired_entry_is_not_served_when_the_refetch_fails(
         resolve(cache=cache)
         frozen.tick(301)
         publisher.error = FetchError("HTTP 404; expected 200")
-        with pytest.raises(CIMDError, match="HTTP 404"):
+        with pytest.raises(CIMDError, match="could not be fetched"):
             resolve(cache=cache)
     assert len(cache) == 0
 

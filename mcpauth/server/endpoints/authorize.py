@@ -20,6 +20,7 @@ from mcpauth.errors import (
 )
 from mcpauth.server.authorization import AuthorizationRequest, error_redirect, see_other
 from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.directory import requests_from
 from mcpauth.server.grants import checks
 from mcpauth.server.html import error_page
 from mcpauth.server.http import media_type, read_body
@@ -148,6 +149,7 @@ async def authorize(request: Request) -> Response:
     except Unredirectable as exc:
         return error_page(exc.error, exc.description)
     browser = load_session(ctx, request)
-    response = await run_blocking(_start, ctx, pairs, browser.sid)
+    with requests_from(request.client.host if request.client else "unknown"):
+        response = await run_blocking(_start, ctx, pairs, browser.sid)
     save_session(ctx, browser, response)
     return response
