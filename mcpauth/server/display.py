@@ -119,12 +119,13 @@ def client_view(
     itself, so it is marked unverified and shown with the host that vouches for it."""
     shown = clean_name(name) or "An unnamed application"
     if source == "cimd":
-        host, _ = ascii_host(urlsplit(client_id).hostname or "")
+        parts = urlsplit(client_id)
+        host, _ = ascii_host(parts.hostname or "")
         return ClientView(
             client_id,
             shown,
             True,
-            host,
+            f"{host}:{parts.port}" if parts.port else host,
             same_site_https(metadata.get("client_uri"), host),
             same_site_https(metadata.get("logo_uri"), host),
         )
