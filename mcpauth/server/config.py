@@ -33,55 +33,89 @@ def default_database_url() -> str:
 class Settings(BaseModel):
     """Everything the authorization server is configured with."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     issuer: str = "http://127.0.0.1:9000"
+    """The issuer URL, served byte for byte; https, or http on a loopback host only."""
     host: str = "127.0.0.1"
+    """The address `mcpauth serve` listens on."""
     port: int = Field(default=9000, ge=0, le=65535)
+    """The port `mcpauth serve` listens on."""
     database_url: str = Field(default_factory=default_database_url)
-    # The secret from which the key-encryption key and the cookie-signing key are derived.
+    """`sqlite:///PATH` (the default: a file in the per-user data directory) or
+    `postgresql://…` for several replicas."""
     secret_key: str | None = None
+    """The secret from which the key-encryption key and the cookie-signing key are derived; the
+    same on every replica. Generated next to an embedded SQLite database when unset."""
     signing_alg: Literal["ES256", "RS256", "EdDSA"] = "ES256"
+    """The algorithm of new signing keys."""
     access_token_ttl: int = Field(default=600, ge=30, le=86400)
+    """Seconds an access token lives."""
     authorization_code_ttl: int = Field(default=60, ge=5, le=600)
+    """Seconds an authorization code may be redeemed."""
     refresh_token_ttl: int = Field(default=30 * 86400, ge=60)
+    """Absolute lifetime of a refresh-token family, in seconds."""
     refresh_token_idle_ttl: int = Field(default=14 * 86400, ge=60)
+    """Seconds a refresh token may go unused."""
     interaction_ttl: int = Field(default=600, ge=60, le=3600)
+    """Seconds a person has to sign in and decide on a pending authorization request."""
     session_ttl: int = Field(default=8 * 3600, ge=60)
-    # How long a remembered consent spares the consent page for a client whose identity cannot
-    # be proven (public, loopback or custom-scheme redirect), and only for the exact redirect
-    # URI approved; 0 asks every time
+    """Seconds a browser sign-in lasts."""
     unproven_client_consent_window: int = Field(default=600, ge=0, le=86400)
+    """Seconds a remembered consent spares the consent page for a client whose identity cannot
+    be proven (public, loopback or custom-scheme redirect), and only for the exact redirect
+    URI approved; 0 asks every time."""
     key_rotation_delay: int = Field(default=0, ge=0)
+    """Seconds a rotated-in key is published before it signs."""
     registration_policy: RegistrationPolicy = "open"
+    """Dynamic registration: `open`, `closed`, or `token` (needs `initial_access_token`)."""
     initial_access_token: str | None = None
+    """The bearer token `/register` requires under `registration_policy = "token"`."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    """The largest request body any endpoint reads."""
     login_max_failures: int = Field(default=5, ge=1)
+    """Failed sign-ins per account before it waits."""
     login_lockout_seconds: int = Field(default=60, ge=1)
+    """The first wait after too many failed sign-ins; it doubles with further failures."""
     trusted_proxies: tuple[str, ...] = ()
+    """Addresses whose `X-Forwarded-*` headers are believed (comma-separated in the
+    environment)."""
     offline_access: bool = False
-    # Client ID Metadata Documents (a client_id that is an https URL)
+    """Whether clients may ask for `offline_access`."""
     cimd_enabled: bool = True
-    cimd_allow_hosts: tuple[str, ...] = ()  # fetched even if they resolve to private addresses
-    cimd_deny_hosts: tuple[str, ...] = ()  # never fetched
+    """Accept Client ID Metadata Documents (a `client_id` that is an https URL)."""
+    cimd_allow_hosts: tuple[str, ...] = ()
+    """Metadata-document hosts fetched even if they resolve to private addresses."""
+    cimd_deny_hosts: tuple[str, ...] = ()
+    """Metadata-document hosts never fetched."""
     cimd_timeout: float = Field(default=2.5, gt=0, le=30)
+    """Seconds a metadata-document fetch may take in all."""
     cimd_max_bytes: int = Field(default=5 * 1024, ge=512, le=1024 * 1024)
-    # Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer grant
-    # accepts, issuer -> JWKS URL (or an inline JWKS as JSON text)
+    """The largest metadata document read."""
     trusted_idps: dict[str, str] = Field(default_factory=dict)
-    # Requests per minute per client address (and per client where Basic credentials name
-    # one), shared by every replica through the database; 0 disables a limit.
+    """Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer
+    grant accepts, issuer → JWKS URL or inline JWKS (JSON in the environment)."""
     rate_limit_token: int = Field(default=3000, ge=0)
+    """Token, revocation and introspection requests per minute per address (0: off); shared by
+    every replica."""
     rate_limit_authorize: int = Field(default=300, ge=0)
+    """Authorization requests per minute per address (0: off)."""
     rate_limit_register: int = Field(default=30, ge=0)
+    """Registrations per minute per address (0: off)."""
     rate_limit_login: int = Field(default=60, ge=0)
+    """Sign-in form posts per minute per address (0: off)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """The lowest level logged."""
     log_format: Literal["text", "json"] = "text"
-    metrics: bool = False  # Prometheus metrics at <issuer path>/metrics (needs prometheus-client)
-    # What people see on the sign-in, consent and account pages
+    """`text`, or `json` for one JSON object a line."""
+    metrics: bool = False
+    """Prometheus metrics at `<issuer path>/metrics` (needs `mcpauth-kit[metrics]`)."""
     service_name: str = Field(default="mcpauth", min_length=1, max_length=60)
-    logo_url: str | None = None  # an https URL, or a path on this server
-    accent_color: str = "#2f5bd3"  # buttons and the icon; #rrggbb
+    """The name on every sign-in, consent and account page."""
+    logo_url: str | None = None
+    """The logo on every page: an https URL, or a path on this server."""
+    accent_color: str = "#2f5bd3"
+    """The pages' button and icon colour, `#rrggbb`."""
 
     @field_validator("issuer")
     @classmethod
@@ -176,3 +210,36 @@ def load_settings(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
         raise ConfigurationError(f"{where}: {first['msg']}") from exc
+
+
+def _default(name: str) -> str:
+    field = Settings.model_fields[name]
+    if field.default_factory is not None:
+        return "per-user data directory" if name == "database_url" else "(empty)"
+    value = field.default
+    if value is None or value == () or value == {}:
+        return "(unset)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"`{value}`"
+
+
+def reference() -> str:
+    """The configuration reference in Markdown, generated from :class:`Settings`."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `mcpauth.server.Settings` by `mcpauth.server.config.reference()`; a test",
+        "(`tests/test_configuration_reference.py`) keeps it in sync. Each setting comes from a",
+        "flag of `mcpauth serve` where there is one,",
+        "else the environment variable, else the TOML file (`--config FILE` or `MCPAUTH_CONFIG`;",
+        "keys at the top level or under `[mcpauth]`), else the default.",
+        "",
+        "| setting | environment | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, field in Settings.model_fields.items():
+        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+        env = ENV_PREFIX + name.upper()
+        lines.append(f"| `{name}` | `{env}` | {_default(name)} | {meaning} |")
+    return "\n".join(lines) + "\n"
