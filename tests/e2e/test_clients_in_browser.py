@@ -1,0 +1,310 @@
+"""Real MCP clients complete OAuth against a real `mcpauth demo` process, the person signing in and
+consenting in a real headless Chromium (Debian's, driven by Playwright through `tests/chromium.py`;
+the pages are filled and clicked, never posted by hand).
+
+Three clients, each: a first authorization (discovery, dynamic registration, PKCE, sign-in and
+consent in Chromium, the code back to the client's loopback redirect), a tool call (`whoami`), a
+step-up (`reset_counter` needs `mcp:admin`: 403 `insufficient_scope`, consent again in Chromium,
+the call succeeds) and, after a restart of the client, a refresh with the stored refresh token and
+no browser at all:
+
+- the official MCP Python SDK (`OAuthClientProvider` over httpx2, `streamable_http_client`);
+- `mcpauth login` / `mcpauth token` (the browser is `python -m tests.e2e.chromium_opener %s`);
+- the official TypeScript SDK client (`@modelcontextprotocol/client`, `tests/e2e/node/`).
+
+One more test sends an unmodified Chromium through sign-in and consent for a loopback public
+client registered by DCR and checks the redirect's `code`, `state` and `iss` (RFC 9207)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import anyio.to_thread
+import httpx
+import httpx2
+import pytest
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
+
+from . import test_demo
+from .chromium_opener import CallbackListener, PersonThread, Trip, person_in_chromium
+from .test_demo import Demo, demo_password, demo_user_id
+from .test_sdk_oauth_client import Traffic, claims, scope_param, text
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+demo = test_demo.demo  # the fixture: `mcpauth demo` on free ports, for this module
+
+
+# --------------------------------------------------------------------------------------------
+# an unmodified browser and a DCR client
+
+
+def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_code_state_iss(
+    demo: Demo,
+) -> None:
+    listener = CallbackListener()
+    try:
+        registered = httpx.post(
+            f"{demo.issuer}/register",
+            json={
+                "client_name": "mcpauth e2e: loopback public client",
+                "redirect_uris": [listener.redirect_uri],
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+            },
+            timeout=10,
+        )
+        assert registered.status_code == 201, registered.text
+        client_id = registered.json()["client_id"]
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+        state = secrets.token_urlsafe(16)
+        params = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": listener.redirect_uri,
+            "state": state,
+            "code_challenge": challenge.rstrip(b"=").decode(),
+            "code_challenge_method": "S256",
+            "resource": demo.resource,
+            "scope": "mcp:tools",
+        }
+        with person_in_chromium("demo", demo_password(demo)) as person:
+            trip = person.authorize(f"{demo.issuer}/authorize?{urlencode(params)}")
+        callback = listener.wait(1)
+    finally:
+        listener.close()
+
+    assert not trip.error, trip.error
+    assert trip.pages == ["login", "consent"]
+    assert trip.landed.startswith(listener.redirect_uri + "?")
+    assert set(callback) == {"code", "state", "iss"}
+    assert callback["state"] == state
+    assert callback["iss"] == demo.issuer  # RFC 9207 §2
+    assert callback == trip.callback
+    # the code is good for exactly this client, verifier and resource
+    redeemed = httpx.post(
+        f"{demo.issuer}/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": callback["code"],
+            "redirect_uri": listener.redirect_uri,
+            "client_id": client_id,
+            "code_verifier": verifier,
+            "resource": demo.resource,
+        },
+        timeout=10,
+    )
+    assert redeemed.status_code == 200, redeemed.text
+    assert claims(redeemed.json()["access_token"])["sub"] == demo_user_id(demo)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) the official MCP Python SDK client
+
+
+class FileTokenStorage:
+    """The SDK's `TokenStorage` protocol over a JSON file, as an application keeps it between
+    runs. The SDK (mcp 2.3.0) restores only the tokens and the client from its storage; a
+    restarted application must give it back the rest (:func:`restarted_provider`), so the file
+    also keeps the access token's absolute `expires_at` and the authorization server metadata."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        return dict(json.loads(self.path.read_text())) if self.path.exists() else {}
+
+    def write(self, document: dict[str, Any]) -> None:
+        self.path.write_text(json.dumps(document, indent=2))
+        self.path.chmod(0o600)
+
+    async def get_tokens(self) -> OAuthToken | None:
+        stored = self.read().get("tokens")
+        return OAuthToken.model_validate(stored) if stored else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        document = self.read()
+        document["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
+        document["expires_at"] = time.time() + tokens.expires_in if tokens.expires_in else None
+        self.write(document)
+
+    def remember_metadata(self, provider: OAuthClientProvider) -> None:
+        metadata = provider.context.oauth_metadata
+        assert metadata is not None, "the client has not discovered its authorization server"
+        document = self.read()
+        document["authorization_server"] = metadata.model_dump(mode="json", exclude_none=True)
+        self.write(document)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        stored = self.read().get("client")
+        return OAuthClientInformationFull.model_validate(stored) if stored else None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        document = self.read()
+        document["client"] = client_info.model_dump(mode="json", exclude_none=True)
+        self.write(document)
+
+
+class ChromiumRedirect:
+    """The SDK's redirect and callback handlers for a person at Chromium: the authorization URL
+    goes to the browser, which lands on this client's own loopback listener; the callback handler
+    hands the listener's `code`, `state` and `iss` to the SDK (which checks state and iss)."""
+
+    def __init__(self, person: PersonThread, listener: CallbackListener) -> None:
+        self.person = person
+        self.listener = listener
+        self.trips: list[Trip] = []
+
+    async def redirect_handler(self, url: str) -> None:
+        trip = await anyio.to_thread.run_sync(self.person.authorize, url)
+        self.trips.append(trip)
+        assert not trip.error, f"the authorization server refused: {trip.error}"
+
+    async def callback_handler(self) -> AuthorizationCodeResult:
+        received = await anyio.to_thread.run_sync(self.listener.wait, len(self.trips))
+        return AuthorizationCodeResult(
+            code=received["code"], state=received.get("state"), iss=received.get("iss")
+        )
+
+
+def sdk_provider(
+    demo: Demo, storage: FileTokenStorage, redirect: ChromiumRedirect
+) -> OAuthClientProvider:
+    metadata = OAuthClientMetadata(
+        client_name="mcpauth e2e: official Python SDK client in Chromium",
+        redirect_uris=[redirect.listener.redirect_uri],  # type: ignore[list-item]
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    return OAuthClientProvider(
+        demo.resource,
+        metadata,
+        storage,
+        redirect_handler=redirect.redirect_handler,
+        callback_handler=redirect.callback_handler,
+    )
+
+
+def restarted_provider(
+    demo: Demo, storage: FileTokenStorage, redirect: ChromiumRedirect
+) -> OAuthClientProvider:
+    """A new SDK client over the same storage. The SDK (mcp 2.3.0) loads the tokens and the client
+    itself, but neither when the access token expires (it would send an expired token, and on the
+    401 authorize in the browser again) nor where the token endpoint is (before discovery it
+    refreshes at the MCP server's origin + `/token`, handing the refresh token to the resource
+    server), so the application gives both back from what it stored."""
+    provider = sdk_provider(demo, storage, redirect)
+    stored = storage.read()
+    provider.context.token_expiry_time = stored["expires_at"]
+    provider.context.oauth_metadata = OAuthMetadata.model_validate(stored["authorization_server"])
+    return provider
+
+
+@asynccontextmanager
+async def session(demo: Demo, auth: httpx2.Auth, traffic: Traffic) -> AsyncIterator[ClientSession]:
+    hooks = {"request": [traffic.on_request], "response": [traffic.on_response]}
+    async with (
+        httpx2.AsyncClient(auth=auth, timeout=60, event_hooks=hooks) as http,  # type: ignore[arg-type]
+        streamable_http_client(demo.resource, http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+@pytest.fixture(scope="module")
+def chromium_person(demo: Demo) -> Iterator[PersonThread]:
+    with person_in_chromium("demo", demo_password(demo)) as person:
+        yield person
+
+
+async def test_the_python_sdk_client_signs_in_in_chromium_steps_up_and_refreshes_after_a_restart(
+    demo: Demo, chromium_person: PersonThread, tmp_path: Path
+) -> None:
+    listener = CallbackListener()
+    storage = FileTokenStorage(tmp_path / "sdk-client.json")
+    redirect = ChromiumRedirect(chromium_person, listener)
+    user_id = demo_user_id(demo)
+    try:
+        # 1-3: first authorization, a tool call, the step-up, in one client object
+        traffic = Traffic()
+        provider = sdk_provider(demo, storage, redirect)
+        async with session(demo, provider, traffic) as client:
+            first = text(await client.call_tool("whoami", {}))
+            reset = text(await client.call_tool("reset_counter", {}))
+            widened = text(await client.call_tool("whoami", {}))
+        client_id = provider.context.client_info.client_id  # type: ignore[union-attr]
+        storage.remember_metadata(provider)
+        before_restart = storage.read()["tokens"]
+        pages_before_restart = chromium_person.person.pages_opened
+
+        # 4: a new client object over the stored tokens, whose access token has expired
+        document = storage.read()
+        document["expires_at"] = time.time() - 1
+        storage.write(document)
+        restarted_traffic = Traffic()
+        restarted = restarted_provider(demo, storage, redirect)
+        async with session(demo, restarted, restarted_traffic) as client:
+            after_restart = text(await client.call_tool("whoami", {}))
+    finally:
+        listener.close()
+
+    # the first authorization: discovery, one registration, login and consent in Chromium
+    assert [e.status for e in traffic.to(demo.prm)] == [200]
+    assert [e.status for e in traffic.to(f"{demo.issuer}/register")] == [201]
+    first_trip, step_up = redirect.trips
+    assert first_trip.pages == ["login", "consent"]
+    assert first_trip.params["code_challenge_method"] == "S256"
+    assert first_trip.params["scope"] == "mcp:tools"
+    assert first_trip.callback["iss"] == demo.issuer
+    assert first == f"subject={user_id} client={client_id} scopes=mcp:tools"
+    # the step-up: 403 insufficient_scope, the consent page again (the session spares the login)
+    [refused] = [e for e in traffic.exchanges if e.status == 403]
+    assert refused.challenge.startswith('Bearer error="insufficient_scope"')
+    assert scope_param(refused.challenge) == {"mcp:tools", "mcp:admin"}
+    assert step_up.pages == ["consent"]
+    assert "mcp:admin" in step_up.consent_text
+    assert set(step_up.params["scope"].split()) == {"mcp:tools", "mcp:admin"}
+    assert step_up.params["client_id"] == client_id
+    assert reset == "counter reset"
+    assert widened == f"subject={user_id} client={client_id} scopes=mcp:tools mcp:admin"
+    assert [e.status for e in traffic.grants("authorization_code")] == [200, 200]
+    # after the restart: one refresh with the stored refresh token, no browser, no 401
+    assert len(redirect.trips) == 2
+    assert chromium_person.person.pages_opened == pages_before_restart
+    [refreshed] = restarted_traffic.grants("refresh_token")
+    assert refreshed.url == f"{demo.issuer}/token"
+    assert refreshed.status == 200
+    assert refreshed.form["refresh_token"] == before_restart["refresh_token"]
+    assert not restarted_traffic.grants("authorization_code")
+    assert not [e for e in restarted_traffic.exchanges if e.status in (401, 403)]
+    new_access = refreshed.body["access_token"]
+    assert new_access != before_restart["access_token"]
+    assert storage.read()["tokens"]["access_token"] == new_access
+    mcp_calls = [e for e in restarted_traffic.to(demo.resource) if e.method == "POST"]
+    assert {e.authorization for e in mcp_calls} == {f"Bearer {new_access}"}
+    assert after_restart == widened
