@@ -20,10 +20,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -44,8 +49,9 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
+from ..support import MCPAUTH
 from . import test_demo
-from .chromium_opener import CallbackListener, PersonThread, Trip, person_in_chromium
+from .chromium_opener import CallbackListener, PersonThread, Trip, person_in_chromium, query
 from .test_demo import Demo, demo_password, demo_user_id
 from .test_sdk_oauth_client import Traffic, claims, scope_param, text
 
@@ -308,3 +314,164 @@ async def test_the_python_sdk_client_signs_in_in_chromium_steps_up_and_refreshes
     mcp_calls = [e for e in restarted_traffic.to(demo.resource) if e.method == "POST"]
     assert {e.authorization for e in mcp_calls} == {f"Bearer {new_access}"}
     assert after_restart == widened
+
+
+# --------------------------------------------------------------------------------------------
+# (b) `mcpauth login` and `mcpauth token`, the browser opened through $BROWSER
+
+
+@dataclass
+class CLI:
+    """`mcpauth login|token URL --store FILE` with `$BROWSER` set to the Chromium opener, which
+    appends one JSON line per browser trip to `log`."""
+
+    demo: Demo
+    store: Path
+    log: Path
+    env: dict[str, str]
+    cwd: Path
+
+    def run(self, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+        """The CLI as its own process group (the opener it starts included), killed when late."""
+        command = [MCPAUTH, *args, "--store", str(self.store)]
+        process = subprocess.Popen(
+            command,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate(timeout=10)
+        return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+    def trips(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The opener's records once there are ``count`` (it may finish after the CLI exits)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.log.read_text().splitlines() if self.log.exists() else []
+            if len(lines) >= count or time.monotonic() > deadline:
+                return [json.loads(line) for line in lines]
+            time.sleep(0.05)
+
+    def stored_tokens(self) -> dict[str, Any]:
+        [tokens] = json.loads(self.store.read_text())["tokens"].values()
+        return dict(tokens)
+
+
+@pytest.fixture
+def cli(demo: Demo, tmp_path: Path) -> CLI:
+    log = tmp_path / "opener.jsonl"
+    env = {
+        **demo.env,
+        "PYTHONPATH": str(ROOT),
+        "BROWSER": f"{sys.executable} -m tests.e2e.chromium_opener %s",
+        "CHROMIUM_OPENER_LOG": str(log),
+        "CHROMIUM_OPENER_USERNAME": "demo",
+        "CHROMIUM_OPENER_PASSWORD": demo_password(demo),
+    }
+    return CLI(demo, tmp_path / "client.json", log, env, tmp_path)
+
+
+@asynccontextmanager
+async def bearer_session(demo: Demo, token: str) -> AsyncIterator[ClientSession]:
+    """The official SDK client session with a fixed token, as a script uses `mcpauth token`."""
+    headers = {"authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        streamable_http_client(demo.resource, http_client=http) as (read, write),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+def call_without_session(demo: Demo, token: str, tool: str) -> httpx.Response:
+    """`tools/call` as one plain POST: what a script sees when the token lacks a scope."""
+    return httpx.post(
+        demo.resource,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}},
+        headers={
+            "authorization": f"Bearer {token}",
+            "accept": "application/json, text/event-stream",
+        },
+        timeout=30,
+    )
+
+
+async def test_mcpauth_login_in_chromium_then_token_calls_a_tool_steps_up_with_scope_and_refreshes(
+    demo: Demo, cli: CLI
+) -> None:
+    user_id = demo_user_id(demo)
+    # 1: `mcpauth login URL`: discovery, registration, PKCE, the browser, the loopback callback
+    login = cli.run("login", demo.resource, "--timeout", "60")
+    assert login.returncode == 0, login.stderr
+    [first] = cli.trips(1)
+    assert not first["error"], first
+    assert first["pages"] == ["login", "consent"]
+    assert first["params"]["code_challenge_method"] == "S256"
+    assert first["params"]["resource"] == demo.resource
+    assert first["params"]["scope"] == "mcp:tools"
+    assert first["landed"].startswith(first["params"]["redirect_uri"] + "?")
+    callback = query(first["landed"])
+    assert set(callback) == {"code", "state", "iss"}
+    assert callback["iss"] == demo.issuer
+    client_id = first["params"]["client_id"]
+
+    # 2: `mcpauth token URL` prints the token; a real MCP session calls whoami with it
+    token = cli.run("token", demo.resource)
+    assert token.returncode == 0, token.stderr
+    access = token.stdout.strip()
+    async with bearer_session(demo, access) as client:
+        whoami = text(await client.call_tool("whoami", {}))
+    assert whoami == f"subject={user_id} client={client_id} scopes=mcp:tools"
+
+    # 3: reset_counter is refused for mcp:admin; `mcpauth login URL --scope mcp:admin` steps up
+    refused = call_without_session(demo, access, "reset_counter")
+    assert refused.status_code == 403
+    challenge = refused.headers["www-authenticate"]
+    assert challenge.startswith('Bearer error="insufficient_scope"')
+    assert scope_param(challenge) == {"mcp:tools", "mcp:admin"}
+    step_up = cli.run("login", demo.resource, "--scope", "mcp:admin", "--timeout", "60")
+    assert step_up.returncode == 0, step_up.stderr
+    _, second = cli.trips(2)
+    assert not second["error"], second
+    assert second["pages"] == ["login", "consent"]  # a new browser: no session cookie yet
+    assert "mcp:admin" in second["consent_text"]
+    assert set(second["params"]["scope"].split()) == {"mcp:tools", "mcp:admin"}
+    assert second["params"]["client_id"] == client_id  # the stored registration, reused
+    widened = cli.run("token", demo.resource)
+    assert widened.returncode == 0, widened.stderr
+    admin_access = widened.stdout.strip()
+    async with bearer_session(demo, admin_access) as client:
+        reset = text(await client.call_tool("reset_counter", {}))
+        whoami_admin = text(await client.call_tool("whoami", {}))
+    assert reset == "counter reset"
+    assert whoami_admin == f"subject={user_id} client={client_id} scopes=mcp:admin mcp:tools"
+
+    # 4: the stored access token has expired; the next `mcpauth token` (a new process, not
+    # allowed to sign in) refreshes it with the stored refresh token, without a browser
+    stored = cli.stored_tokens()
+    assert stored["access_token"] == admin_access
+    document = json.loads(cli.store.read_text())
+    for entry in document["tokens"].values():
+        entry["expires_at"] = time.time() - 1
+    cli.store.write_text(json.dumps(document))
+    refreshed = cli.run("token", demo.resource)
+    assert refreshed.returncode == 0, refreshed.stderr
+    new_access = refreshed.stdout.strip()
+    assert new_access != admin_access
+    renewed = cli.stored_tokens()
+    assert renewed["access_token"] == new_access
+    assert renewed["refresh_token"] != stored["refresh_token"]  # rotated by the refresh grant
+    assert renewed["expires_at"] > time.time()
+    assert claims(new_access)["jti"] != claims(admin_access)["jti"]
+    assert len(cli.trips(2, timeout=0)) == 2, "the refresh must not open a browser"
+    async with bearer_session(demo, new_access) as client:
+        assert text(await client.call_tool("whoami", {})) == whoami_admin
