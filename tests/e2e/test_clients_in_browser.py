@@ -21,10 +21,12 @@ import base64
 import hashlib
 import json
 import os
+import queue
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -242,8 +244,9 @@ async def session(demo: Demo, auth: httpx2.Auth, traffic: Traffic) -> AsyncItera
         yield client
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def chromium_person(demo: Demo) -> Iterator[PersonThread]:
+    """A person at a Chromium of their own: the first visit shows the login form."""
     with person_in_chromium("demo", demo_password(demo)) as person:
         yield person
 
@@ -475,3 +478,153 @@ async def test_mcpauth_login_in_chromium_then_token_calls_a_tool_steps_up_with_s
     assert len(cli.trips(2, timeout=0)) == 2, "the refresh must not open a browser"
     async with bearer_session(demo, new_access) as client:
         assert text(await client.call_tool("whoami", {})) == whoami_admin
+
+
+# --------------------------------------------------------------------------------------------
+# (c) the official TypeScript SDK client, `tests/e2e/node/mcp_oauth_client.mjs`
+
+
+def pump(stream: Any, lines: queue.Queue[str | None]) -> None:
+    """Every line of ``stream`` into ``lines``, then None."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+@dataclass
+class NodeClient:
+    """Runs the Node script (a new client process each time) over one token file; each
+    `authorize` event it prints is handed to the person at Chromium."""
+
+    node: Path
+    peers: Path
+    demo: Demo
+    store: Path
+    cwd: Path
+
+    def run(self, *tools: str, person: PersonThread | None, timeout: float = 90.0) -> list[Any]:
+        """The events the script printed, and the person's trips in between."""
+        command = [str(self.node), str(ROOT / "tests/e2e/node/mcp_oauth_client.mjs")]
+        command += ["--peers", str(self.peers), "--server", self.demo.resource]
+        command += ["--store", str(self.store), "--timeout", "60"]
+        for tool in tools:
+            command += ["--call", tool]
+        errors = self.cwd / f"node-{time.monotonic_ns()}.stderr"
+        lines: queue.Queue[str | None] = queue.Queue()
+        events: list[Any] = []
+        with errors.open("w") as stderr:
+            process = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,
+            )
+            assert process.stdout is not None
+            reader = threading.Thread(target=pump, args=(process.stdout, lines))
+            reader.start()
+            deadline = time.monotonic() + timeout
+            try:
+                while (
+                    line := lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                ) is not None:
+                    event = json.loads(line)
+                    events.append(event)
+                    if event["event"] == "authorize":
+                        assert person is not None, "this run must not need a browser"
+                        events.append(person.authorize(event["url"]))
+                process.wait(timeout=left(deadline))
+            finally:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait(timeout=10)
+                reader.join(timeout=10)
+        assert process.returncode == 0, errors.read_text()
+        return events
+
+    def stored(self) -> dict[str, Any]:
+        return dict(json.loads(self.store.read_text()))
+
+
+@pytest.fixture(scope="module")
+def npm_peers() -> tuple[Path, Path]:
+    """Node 22 and the pinned TypeScript SDK client, installed when missing."""
+    installed = subprocess.run(
+        [str(ROOT / "scripts/ensure-npm-peers.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    peers = Path(installed.stdout.strip().splitlines()[-1])
+    return ROOT / ".node22/node_modules/.bin/node", peers
+
+
+def of(events: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if isinstance(e, dict) and e["event"] == kind]
+
+
+def test_the_typescript_sdk_client_signs_in_in_chromium_steps_up_and_refreshes_when_run_again(
+    demo: Demo, npm_peers: tuple[Path, Path], tmp_path: Path
+) -> None:
+    node, peers = npm_peers
+    client = NodeClient(node, peers, demo, tmp_path / "typescript-client.json", tmp_path)
+    user_id = demo_user_id(demo)
+
+    # 1-3: the first authorization, whoami, the step-up for reset_counter, whoami again
+    with person_in_chromium("demo", demo_password(demo)) as person:
+        events = client.run("whoami", "reset_counter", "whoami", person=person)
+    trips = [e for e in events if isinstance(e, Trip)]
+    assert [trip.pages for trip in trips] == [["login", "consent"], ["consent"]]
+    assert all(not trip.error for trip in trips), [trip.error for trip in trips]
+    first, step_up = trips
+    stored = client.stored()
+    client_id = stored["client"]["client_id"]
+    assert first.params["client_id"] == step_up.params["client_id"] == client_id
+    assert first.params["code_challenge_method"] == "S256"
+    assert first.params["resource"] == demo.resource
+    assert first.callback["iss"] == demo.issuer
+    assert set(step_up.params["scope"].split()) == {"mcp:tools", "mcp:admin"}
+    assert "mcp:admin" in step_up.consent_text
+    assert [e["params"] for e in of(events, "callback")] == [["code", "iss", "state"]] * 2
+    [refused] = [e for e in of(events, "http") if e["status"] == 403]
+    assert refused["www_authenticate"].startswith('Bearer error="insufficient_scope"')
+    assert scope_param(refused["www_authenticate"]) == {"mcp:tools", "mcp:admin"}
+    assert [(e["grant_type"], e["status"]) for e in of(events, "token")] == [
+        ("authorization_code", 200),
+        ("authorization_code", 200),
+    ]
+    tools = [(e["name"], e["text"], e["is_error"]) for e in of(events, "tool")]
+    widened = f"subject={user_id} client={client_id} scopes=mcp:tools mcp:admin"
+    assert tools == [
+        ("whoami", f"subject={user_id} client={client_id} scopes=mcp:tools", False),
+        ("reset_counter", "counter reset", False),
+        ("whoami", widened, False),
+    ]
+
+    # 4: the script run again (a restarted client) with the stored tokens. The TypeScript SDK
+    # keeps no expiry of its own and refreshes when the resource server answers 401, so the
+    # stored access token is replaced by one the server refuses (its signature altered), as it
+    # refuses an expired one; the client must refresh with the stored refresh token, no browser.
+    old_access, old_refresh = stored["tokens"]["access_token"], stored["tokens"]["refresh_token"]
+    head, _, signature = old_access.rpartition(".")
+    refused_access = f"{head}.{signature[::-1]}"
+    stored["tokens"]["access_token"] = refused_access
+    client.store.write_text(json.dumps(stored))
+    again = client.run("whoami", person=None)
+
+    assert not of(again, "authorize")
+    assert [e["status"] for e in of(again, "http")] == [401]
+    assert [(e["grant_type"], e["status"]) for e in of(again, "token")] == [("refresh_token", 200)]
+    assert [e["text"] for e in of(again, "tool")] == [widened]
+    renewed = client.stored()["tokens"]
+    assert renewed["access_token"] not in (old_access, refused_access)
+    assert renewed["refresh_token"] != old_refresh  # rotated by the refresh grant
+    assert claims(renewed["access_token"])["sub"] == user_id
