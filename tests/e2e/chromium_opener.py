@@ -31,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.chromium import launch
+
 TIMEOUT = 30.0  # seconds for any one page to appear
 
 
@@ -48,10 +50,28 @@ class Trip:
     consent_text: str = ""  # what the consent page said, when one was shown
     landed: str = ""  # the URL on the client's redirect URI the browser ended on
     error: str = ""  # what the person saw instead, when the server refused
+    console_errors: list[str] = field(default_factory=list)  # "text (url)"
+    failed_requests: list[str] = field(default_factory=list)  # "METHOD url"
+
+    def problems(self) -> list[str]:
+        """Console errors and failed requests of the authorization server's pages. Browsers
+        ask every origin for /favicon.ico, which the server does not have (the resulting 404
+        is logged as a console error); the client's own redirect page is not the server's."""
+        issuer = urlsplit(self.url)._replace(path="", query="").geturl()
+        return [
+            problem
+            for problem in self.console_errors + self.failed_requests
+            if issuer in problem and f"{issuer}/favicon.ico" not in problem
+        ]
 
     @property
     def callback(self) -> dict[str, str]:
         return query(self.landed)
+
+
+def _where(message: Any) -> str:
+    """A console message with the URL it is about (a failed load names the resource)."""
+    return f"{message.text} ({message.location.get('url', '')})"
 
 
 def _text(page: Any) -> str:
@@ -89,6 +109,9 @@ class Person:
         redirect_uri = trip.params["redirect_uri"]
         page = self.context.new_page()
         page.set_default_timeout(self.timeout_ms)
+        page.on("console", lambda m: m.type == "error" and trip.console_errors.append(_where(m)))
+        page.on("pageerror", lambda error: trip.console_errors.append(str(error)))
+        page.on("requestfailed", lambda r: trip.failed_requests.append(f"{r.method} {r.url}"))
         try:
             page.goto(url, wait_until="load")
             for _ in range(4):
@@ -135,8 +158,6 @@ class PersonThread:
         self.person = self._ready.result(timeout=60)
 
     def _run(self, username: str, password: str) -> None:
-        from tests.chromium import launch
-
         try:
             with launch() as browser:
                 person = Person(browser, username, password)
@@ -234,8 +255,6 @@ class CallbackListener:
 
 
 def main(argv: list[str]) -> int:
-    from tests.chromium import launch
-
     [url] = argv
     log = os.environ.get("CHROMIUM_OPENER_LOG")
     started = time.monotonic()

@@ -108,6 +108,7 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
     assert not trip.error, trip.error
     assert trip.pages == ["login", "consent"]
     assert trip.landed.startswith(listener.redirect_uri + "?")
+    assert trip.problems() == []
     assert set(callback) == {"code", "state", "iss"}
     assert callback["state"] == state
     assert callback["iss"] == demo.issuer  # RFC 9207 §2
@@ -286,6 +287,8 @@ async def test_the_python_sdk_client_signs_in_in_chromium_steps_up_and_refreshes
     assert [e.status for e in traffic.to(demo.prm)] == [200]
     assert [e.status for e in traffic.to(f"{demo.issuer}/register")] == [201]
     first_trip, step_up = redirect.trips
+    for trip in redirect.trips:
+        assert trip.problems() == [], trip
     assert first_trip.pages == ["login", "consent"]
     assert first_trip.params["code_challenge_method"] == "S256"
     assert first_trip.params["scope"] == "mcp:tools"
