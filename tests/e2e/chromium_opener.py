@@ -11,8 +11,9 @@ sign-in page through it)::
     BROWSER="python -m tests.e2e.chromium_opener %s"
 
 It signs in as ``$CHROMIUM_OPENER_USERNAME`` / ``$CHROMIUM_OPENER_PASSWORD``, answers the consent
-with ``$CHROMIUM_OPENER_ACTION`` (default ``approve``) and appends one JSON line per trip (the pages
-seen, the URL it landed on, or the error) to ``$CHROMIUM_OPENER_LOG``. Every wait is bounded.
+with ``$CHROMIUM_OPENER_ACTION`` (default ``approve``), keeps the browser open until the client
+stops listening on its redirect URI (``listener_closed``), and appends one JSON line per trip (the
+pages seen, the URL it landed on, or the error) to ``$CHROMIUM_OPENER_LOG``. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import sys
 import threading
 import time
@@ -254,6 +256,19 @@ class CallbackListener:
 # as a BROWSER command
 
 
+def listener_closes(redirect_uri: str, timeout: float = 20.0) -> bool:
+    """Whether the client stops listening on ``redirect_uri`` within ``timeout`` seconds."""
+    parts = urlsplit(redirect_uri)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def main(argv: list[str]) -> int:
     [url] = argv
     log = os.environ.get("CHROMIUM_OPENER_LOG")
@@ -267,6 +282,9 @@ def main(argv: list[str]) -> int:
                 os.environ.get("CHROMIUM_OPENER_PASSWORD", ""),
             )
             trip = person.authorize(url, os.environ.get("CHROMIUM_OPENER_ACTION", "approve"))
+            # a person leaves the browser open: the client must be done without it closing
+            if trip.landed:
+                record["listener_closed"] = listener_closes(trip.params["redirect_uri"])
             person.close()
         record.update(asdict(trip))
     except Exception as exc:  # reported in the log, the caller's test fails on it

@@ -421,6 +421,7 @@ async def test_mcpauth_login_in_chromium_then_token_calls_a_tool_steps_up_with_s
     [first] = cli.trips(1)
     assert not first["error"], first
     assert first["pages"] == ["login", "consent"]
+    assert first["listener_closed"], "the CLI must finish while the browser stays open"
     assert first["params"]["code_challenge_method"] == "S256"
     assert first["params"]["resource"] == demo.resource
     assert first["params"]["scope"] == "mcp:tools"
@@ -449,6 +450,7 @@ async def test_mcpauth_login_in_chromium_then_token_calls_a_tool_steps_up_with_s
     _, second = cli.trips(2)
     assert not second["error"], second
     assert second["pages"] == ["login", "consent"]  # a new browser: no session cookie yet
+    assert second["listener_closed"]
     assert "mcp:admin" in second["consent_text"]
     assert set(second["params"]["scope"].split()) == {"mcp:tools", "mcp:admin"}
     assert second["params"]["client_id"] == client_id  # the stored registration, reused
@@ -481,6 +483,24 @@ async def test_mcpauth_login_in_chromium_then_token_calls_a_tool_steps_up_with_s
     assert len(cli.trips(2, timeout=0)) == 2, "the refresh must not open a browser"
     async with bearer_session(demo, new_access) as client:
         assert text(await client.call_tool("whoami", {})) == whoami_admin
+
+
+def test_mcpauth_login_reports_a_denial_clicked_in_chromium_and_stores_no_token(cli: CLI) -> None:
+    cli.env["CHROMIUM_OPENER_ACTION"] = "deny"
+    login = cli.run("login", cli.demo.resource, "--timeout", "60")
+    [trip] = cli.trips(1)
+
+    assert login.returncode == 4, login.stderr  # authorization failed or was denied
+    assert "access_denied" in login.stderr
+    assert trip["pages"] == ["login", "consent"]
+    back = query(trip["landed"])
+    assert back["error"] == "access_denied"
+    assert back["iss"] == cli.demo.issuer
+    assert back["state"] == trip["params"]["state"]
+    assert "code" not in back
+    assert not json.loads(cli.store.read_text())["tokens"]
+    token = cli.run("token", cli.demo.resource)
+    assert token.returncode == 3, token.stderr  # login required
 
 
 # --------------------------------------------------------------------------------------------
