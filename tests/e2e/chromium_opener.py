@@ -71,9 +71,10 @@ class Trip:
         return query(self.landed)
 
 
-def _where(message: Any) -> str:
-    """A console message with the URL it is about (a failed load names the resource)."""
-    return f"{message.text} ({message.location.get('url', '')})"
+def _console(trip: Trip, message: Any) -> None:
+    """Keep an error with the URL it is about (a failed load names the resource)."""
+    if message.type == "error":
+        trip.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
 
 def _text(page: Any) -> str:
@@ -111,7 +112,7 @@ class Person:
         redirect_uri = trip.params["redirect_uri"]
         page = self.context.new_page()
         page.set_default_timeout(self.timeout_ms)
-        page.on("console", lambda m: m.type == "error" and trip.console_errors.append(_where(m)))
+        page.on("console", lambda message: _console(trip, message))
         page.on("pageerror", lambda error: trip.console_errors.append(str(error)))
         page.on("requestfailed", lambda r: trip.failed_requests.append(f"{r.method} {r.url}"))
         try:

@@ -50,6 +50,7 @@ from mcp.shared.auth import (
     OAuthMetadata,
     OAuthToken,
 )
+from pydantic import AnyUrl
 
 from ..support import MCPAUTH
 from . import test_demo
@@ -204,7 +205,7 @@ def sdk_provider(
 ) -> OAuthClientProvider:
     metadata = OAuthClientMetadata(
         client_name="mcpauth e2e: official Python SDK client in Chromium",
-        redirect_uris=[redirect.listener.redirect_uri],  # type: ignore[list-item]
+        redirect_uris=[AnyUrl(redirect.listener.redirect_uri)],
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         token_endpoint_auth_method="none",
