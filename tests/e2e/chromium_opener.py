@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from tests.chromium import launch
+from tests.chromium import executable, launch
 
 TIMEOUT = 30.0  # seconds for any one page to appear
 
@@ -152,6 +152,7 @@ class PersonThread:
     from the asynchronous MCP SDK clients."""
 
     def __init__(self, username: str, password: str) -> None:
+        executable()  # here, so that a missing browser fails or skips the test itself
         self._jobs: queue.Queue[tuple[Callable[[Person], Any], Future[Any]] | None] = queue.Queue()
         self._ready: Future[Person] = Future()
         self._thread = threading.Thread(
@@ -173,9 +174,9 @@ class PersonThread:
                         result.set_exception(exc)
                 person.close()
         except BaseException as exc:
-            if not self._ready.done():
-                self._ready.set_exception(exc)
-            raise
+            if self._ready.done():
+                raise
+            self._ready.set_exception(exc)  # raised in the thread that started this one
 
     def call(self, work: Callable[[Person], Any], timeout: float = 120.0) -> Any:
         result: Future[Any] = Future()
