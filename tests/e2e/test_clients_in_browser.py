@@ -571,6 +571,7 @@ class NodeClient:
                     process.wait(timeout=10)
                 reader.join(timeout=10)
         assert process.returncode == 0, errors.read_text()
+        assert "[mcp-sdk]" not in errors.read_text()  # the SDK's warnings (failed refresh, ...)
         return events
 
     def stored(self) -> dict[str, Any]:
