@@ -170,8 +170,11 @@ class Traffic:
         if request.headers.get("content-type", "").startswith("application/x-www-form"):
             form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
         sent = None
-        if request.headers.get("content-type", "").startswith("application/json"):
-            sent = json.loads(request.content)
+        if (
+            request.headers.get("content-type", "").startswith("application/json")
+            and request.content
+        ):
+            sent = json.loads(request.content)  # a session's DELETE carries the type but no body
         request.extensions["exchange"] = len(self.exchanges)
         authorization = request.headers.get("authorization", "")
         self.exchanges.append(Exchange(request.method, str(request.url), authorization, form, sent))
