@@ -160,6 +160,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/account/revoke", account.confirm_revoke, methods=["GET"]),
         Route(f"{base}/account/revoke", account.revoke, methods=["POST"]),
         Route(f"{base}/favicon.svg", _favicon, methods=["GET"]),
+        Route("/favicon.ico", _favicon, methods=["GET"]),  # asked for by browsers on their own
     ]
     if base:
         routes.append(

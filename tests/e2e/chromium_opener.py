@@ -56,14 +56,11 @@ class Trip:
     failed_requests: list[str] = field(default_factory=list)  # "METHOD url"
 
     def problems(self) -> list[str]:
-        """Console errors and failed requests of the authorization server's pages. Browsers
-        ask every origin for /favicon.ico, which the server does not have (the resulting 404
-        is logged as a console error); the client's own redirect page is not the server's."""
+        """Console errors and failed requests of the authorization server's pages (the
+        client's own redirect page is not the server's)."""
         issuer = urlsplit(self.url)._replace(path="", query="").geturl()
         return [
-            problem
-            for problem in self.console_errors + self.failed_requests
-            if issuer in problem and f"{issuer}/favicon.ico" not in problem
+            problem for problem in self.console_errors + self.failed_requests if issuer in problem
         ]
 
     @property
