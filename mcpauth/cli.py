@@ -147,6 +147,14 @@ def cmd_db(args: argparse.Namespace) -> int:
     from mcpauth.server.storage import migrate
     from mcpauth.server.storage.database import make_engine
 
+    if args.action == "prune":
+        from mcpauth.server.storage.prune import prune
+
+        ctx = _admin(args)
+        counts = prune(ctx.db, ctx.settings, ctx.now())
+        ctx.db.dispose()
+        _print({"pruned": counts, "skipped": counts is None})
+        return 0
     engine = make_engine(_settings(args).database_url)
     migrate.upgrade(engine)
     print(f"database at revision {migrate.current_revision(engine)}", file=sys.stderr)
@@ -209,6 +217,7 @@ def _add_admin(sub: Any) -> None:
 
     db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
     db.add_parser("upgrade", help="apply migrations")
+    db.add_parser("prune", help="delete expired state now (serve also does it periodically)")
 
     for name, handler in (
         ("users", cmd_users),

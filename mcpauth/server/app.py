@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -18,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server.config import Settings
-from mcpauth.server.context import build_context, wall_clock
+from mcpauth.server.context import ServerContext, build_context, wall_clock
 from mcpauth.server.endpoints import (
     account,
     authorize,
@@ -38,6 +41,8 @@ from mcpauth.server.observability import RequestIdMiddleware
 from mcpauth.server.ratelimit import Rate, RateLimitMiddleware
 from mcpauth.server.storage import migrate
 from mcpauth.server.storage.database import make_engine
+from mcpauth.server.storage.prune import prune, report
+from mcpauth.server.threads import run_blocking
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -215,6 +220,20 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(ServerError("The server hit an unexpected error"))
 
 
+async def _prune_periodically(ctx: ServerContext, metrics: Metrics | None) -> None:
+    """Delete expired state every ``prune_interval`` seconds while the server runs."""
+    while True:
+        await asyncio.sleep(ctx.settings.prune_interval)
+        try:
+            counts = await run_blocking(prune, ctx.db, ctx.settings, ctx.now())
+        except SQLAlchemyError:
+            log.exception("pruning failed; trying again in %d s", ctx.settings.prune_interval)
+            continue
+        report(counts)
+        if metrics is not None and counts:
+            metrics.count_pruned(counts)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -238,7 +257,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        pruner = (
+            asyncio.create_task(_prune_periodically(ctx, metrics))
+            if settings.prune_interval
+            else None
+        )
         yield
+        if pruner is not None:
+            pruner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruner
         if own_engine:
             db.dispose()
 

@@ -65,6 +65,9 @@ class Settings(BaseModel):
     """Seconds a remembered consent spares the consent page for a client whose identity cannot
     be proven (public, loopback or custom-scheme redirect), and only for the exact redirect
     URI approved; 0 asks every time."""
+    prune_interval: int = Field(default=300, ge=0)
+    """Seconds between two runs of the pruner that deletes expired state (0: never in `serve`;
+    `mcpauth db prune` does it on demand)."""
     key_rotation_delay: int = Field(default=0, ge=0)
     """Seconds a rotated-in key is published before it signs."""
     registration_policy: RegistrationPolicy = "open"

@@ -34,6 +34,16 @@ class Metrics:
         self.events = prom.Counter(
             "mcpauth_audit_events", "Security events", ["event"], registry=self.registry
         )
+        self.pruned = prom.Counter(
+            "mcpauth_pruned_rows",
+            "Expired rows deleted by the pruner",
+            ["table"],
+            registry=self.registry,
+        )
+
+    def count_pruned(self, counts: dict[str, int]) -> None:
+        for table, rows in counts.items():
+            self.pruned.labels(table=table).inc(rows)
 
     def render(self) -> tuple[bytes, str]:
         return self._prom.generate_latest(self.registry), self._prom.CONTENT_TYPE_LATEST

@@ -1,0 +1,202 @@
+"""The pruner deletes dead state and only dead state: after thousands of refreshes, abandoned
+authorization requests, expired codes and failed client authentications, and time moved past
+their lifetimes, every table holds its live rows only; a rotated refresh token replayed while
+its family lives still revokes the family (runs on SQLite and, with the server suite's second
+pass, PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from freezegun import freeze_time
+from sqlalchemy import func, select
+from starlette.applications import Starlette
+
+from mcpauth.server import Settings, admin, create_app
+from mcpauth.server.storage import prune as pruning
+from mcpauth.server.storage.models import (
+    AuthorizationCode,
+    Grant,
+    Interaction,
+    RateCounter,
+    RefreshToken,
+    Throttle,
+)
+
+from ..conftest import ISSUER
+from ..oauth import authorization_params, pkce_pair, register_public_client
+from .conftest import add_user
+from .test_token import refresh, tokens
+
+pytestmark = pytest.mark.anyio
+DAY = 86400
+
+
+def count(app: Starlette, model: type) -> int:
+    with app.state.mcpauth.db.read() as session:
+        return int(session.exec(select(func.count()).select_from(model)).one()[0])
+
+
+def run_pruner(app: Starlette) -> dict[str, int]:
+    ctx = app.state.mcpauth
+    counts = pruning.prune(ctx.db, ctx.settings, ctx.now())
+    assert counts is not None
+    return counts
+
+
+@pytest.fixture
+def short_app(make_settings: Callable[..., Settings], password_hash: str) -> Starlette:
+    app = create_app(
+        make_settings(
+            refresh_token_ttl=2 * DAY,
+            refresh_token_idle_ttl=2 * DAY,
+            offline_access=True,
+            rate_limit_token=0,
+            rate_limit_authorize=0,
+            rate_limit_register=0,
+        )
+    )
+    add_user(app, "alice", password_hash)
+    admin.add_resource(
+        app.state.mcpauth,
+        "http://127.0.0.1:8000/mcp",
+        scopes=["mcp:tools=Use the tools"],
+        default_scopes=["mcp:tools"],
+        is_default=True,
+    )
+    return app
+
+
+async def test_thousands_of_dead_rows_are_pruned_to_the_live_ones(short_app: Starlette) -> None:
+    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    with freeze_time("2027-03-01 00:00:00") as clock:
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+            client: dict[str, Any] = await register_public_client(http)
+            cid = client["client_id"]
+            # a family refreshed 1,000 times: 1,001 rows, all needed for reuse detection
+            old = await tokens(http, client, scope="mcp:tools offline_access")
+            token = old["refresh_token"]
+            first_rotated = token
+            for _ in range(1000):
+                response = await refresh(http, cid, token)
+                assert response.status_code == 200, response.text
+                token = response.json()["refresh_token"]
+            # 1,000 authorization requests nobody finishes
+            _, challenge = pkce_pair()
+            for _ in range(1000):
+                started = await http.get(
+                    "/authorize?" + urlencode(authorization_params(cid, challenge))
+                )
+                assert started.status_code == 303
+            # a confidential client guessed at: throttle rows
+            confidential = admin.add_client(
+                short_app.state.mcpauth,
+                name="bot",
+                grant_types=["client_credentials"],
+                auth_method="client_secret_basic",
+            )
+            for _ in range(5):
+                wrong = await http.post(
+                    "/token",
+                    data={"grant_type": "client_credentials"},
+                    auth=(confidential["client_id"], "wrong"),
+                )
+                assert wrong.status_code == 401
+            assert count(short_app, RefreshToken) == 1001
+            assert count(short_app, Interaction) >= 1000
+            assert count(short_app, Throttle) >= 1
+
+            # within the family's lifetime nothing of it is pruned
+            clock.tick(DAY // 2)
+            first = run_pruner(short_app)
+            assert first["interactions"] >= 1000
+            assert first["refresh_tokens"] == 0
+            assert count(short_app, RefreshToken) == 1001
+            assert count(short_app, Interaction) == 0  # 10 minutes, long gone
+
+            # a second, live family made now
+            live = await tokens(http, client, scope="mcp:tools offline_access")
+            clock.tick(3 * DAY // 2 + 60)  # the first family is past refresh_token_ttl
+            counts = run_pruner(short_app)
+            assert counts["refresh_tokens"] == 1001
+            assert count(short_app, RefreshToken) == 1
+            assert count(short_app, Grant) == 1
+            assert count(short_app, AuthorizationCode) == 0
+            assert count(short_app, Throttle) == 0
+            assert count(short_app, RateCounter) == 0
+            # the old family is gone: its tokens are simply unknown
+            assert (await refresh(http, cid, first_rotated)).status_code == 400
+            fresh = await refresh(http, cid, live["refresh_token"])
+            assert fresh.status_code == 200
+            assert run_pruner(short_app) == dict.fromkeys(counts, 0) | {"refresh_tokens": 0}
+
+
+async def test_reuse_detection_still_revokes_a_family_before_it_expires(
+    short_app: Starlette,
+) -> None:
+    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    with freeze_time("2027-03-01 00:00:00") as clock:
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+            client = await register_public_client(http)
+            cid = client["client_id"]
+            issued = await tokens(http, client, scope="mcp:tools offline_access")
+            rotated = await refresh(http, cid, issued["refresh_token"])
+            newest = rotated.json()["refresh_token"]
+            clock.tick(DAY - 60)
+            run_pruner(short_app)
+            replay = await refresh(http, cid, issued["refresh_token"])
+            assert replay.json()["error"] == "invalid_grant"
+            # the replay revoked the family: the newest token is dead too
+            assert (await refresh(http, cid, newest)).json()["error"] == "invalid_grant"
+            run_pruner(short_app)
+            assert count(short_app, RefreshToken) == 0  # a revoked family is dead state
+
+
+async def test_a_second_pruner_waits_for_the_first_on_postgresql(short_app: Starlette) -> None:
+    ctx = short_app.state.mcpauth
+    if ctx.db.engine.dialect.name != "postgresql":
+        pytest.skip("the advisory lock is PostgreSQL's")
+    from sqlalchemy import text
+
+    with ctx.db.engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": pruning.ADVISORY_LOCK})
+        assert pruning.prune(ctx.db, ctx.settings, ctx.now()) is None
+        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": pruning.ADVISORY_LOCK})
+        holder.commit()
+    assert pruning.prune(ctx.db, ctx.settings, ctx.now()) is not None
+
+
+def test_serve_prunes_by_itself_every_prune_interval(
+    make_settings: Callable[..., Settings],
+) -> None:
+    import time
+
+    from starlette.testclient import TestClient
+
+    app = create_app(make_settings(prune_interval=1))
+    ctx = app.state.mcpauth
+    with ctx.db.write() as session:
+        session.add(Interaction(id="abandoned", request={}, created_at=0, expires_at=1))
+    assert count(app, Interaction) == 1
+    with TestClient(app):  # runs the lifespan, which starts the pruner
+        deadline = time.monotonic() + 15
+        while count(app, Interaction) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert count(app, Interaction) == 0
+
+
+def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
+    import json
+
+    from ..support import run_cli
+
+    env = {"MCPAUTH_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}", "MCPAUTH_SECRET_KEY": "k" * 32}
+    done = run_cli(["db", "prune"], env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["skipped"] is False
+    assert set(report["pruned"]) >= {"authorization_codes", "interactions", "refresh_tokens"}
