@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import queue
 import secrets
 import threading
 from collections.abc import Iterator
@@ -35,16 +37,17 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 
 @dataclass
 class Callback:
-    """The application's loopback redirect URI and the responses it received."""
+    """The application's loopback redirect URI and the responses it received, in order."""
 
     url: str
-    received: list[dict[str, str]] = field(default_factory=list)
-    event: threading.Event = field(default_factory=threading.Event)
+    received: queue.Queue[dict[str, str]] = field(default_factory=queue.Queue)
 
     def wait(self, timeout: float = 15.0) -> dict[str, str]:
-        assert self.event.wait(timeout), "the application received no authorization response"
-        self.event.clear()
-        return self.received[-1]
+        """The next authorization response the application received."""
+        try:
+            return self.received.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("the application received no authorization response") from None
 
 
 def _callback_server(callback: Callback) -> ThreadingHTTPServer:
@@ -52,14 +55,22 @@ def _callback_server(callback: Callback) -> ThreadingHTTPServer:
         def do_GET(self) -> None:
             params = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
             body = b"<!doctype html><html lang=en><title>Done</title><main><h1>Done</h1></main>"
+            if urlsplit(self.path).path == "/attacker":  # another site posting to the server
+                body = (
+                    "<!doctype html><html lang=en><title>Win a prize</title><main>"
+                    f'<form method="post" action="{html.escape(params["action"])}">'
+                    f'<input type="hidden" name="csrf_token" value="{html.escape(params["csrf"])}">'
+                    '<input type="hidden" name="username" value="judy">'
+                    f'<input type="hidden" name="password" value="{PASSWORD}">'
+                    "<button>Claim</button></form></main>"
+                ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
             if urlsplit(self.path).path == "/callback":
-                callback.received.append(params)
-                callback.event.set()
+                callback.received.put(params)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -173,8 +184,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         receiver.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per test module. Not per session: Playwright's sync API keeps an event loop
+    running in this thread while it lives, which the other suites' async tests cannot share."""
     with launch() as chromium:
         yield chromium
 

@@ -235,3 +235,24 @@ def test_a_phone_sized_browser_without_javascript_completes_the_flow(
     response = server.callback.wait()
     assert response["state"] == state
     tab.problems.assert_none()
+
+
+def test_a_form_posted_from_another_site_is_refused_even_with_a_leaked_csrf_token(
+    server: Server, visit: Any
+) -> None:
+    tab = visit()
+    page = tab.page
+    page.goto(server.authorize_url(server.register())[0])
+    form = page.locator("form")
+    action = form.get_attribute("action") or ""
+    token = page.locator("input[name=csrf_token]").input_value()
+    login_url = page.url
+    # a page of another origin (same host, another port: same-site, not same-origin)
+    attacker = server.callback.url.replace("/callback", "/attacker")
+    page.goto(f"{attacker}?{urlencode({'action': action, 'csrf': token})}")
+    page.get_by_role("button", name="Claim").click()
+    assert page.get_by_role("heading", name="This form came from another website").is_visible()
+    tab.problems.expect_status(403)
+    tab.problems.assert_none()
+    page.goto(login_url)  # the request is still waiting for a sign-in: judy was not signed in
+    assert page.get_by_label("Password").is_visible()
