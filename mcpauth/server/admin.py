@@ -18,7 +18,14 @@ from mcpauth.server.registration import validate_client_metadata
 from mcpauth.server.secrets import new_id
 from mcpauth.server.storage import accounts, grants, migrate
 from mcpauth.server.storage.database import make_engine
-from mcpauth.server.storage.models import Consent, Grant, RefreshToken, Resource, User
+from mcpauth.server.storage.models import (
+    BrowserSessionRecord,
+    Consent,
+    Grant,
+    RefreshToken,
+    Resource,
+    User,
+)
 from mcpauth.uris import URIError, canonical_resource
 
 
@@ -72,6 +79,8 @@ def remove_user(ctx: ServerContext, username: str) -> None:
         session.exec(delete(RefreshToken).where(RefreshToken.grant_id.in_(grant_ids)))  # type: ignore[attr-defined]
         session.exec(delete(Grant).where(Grant.user_id == user.id))  # type: ignore[arg-type]
         session.exec(delete(Consent).where(Consent.user_id == user.id))  # type: ignore[arg-type]
+        # her browser sessions end with her
+        session.exec(delete(BrowserSessionRecord).where(BrowserSessionRecord.user_id == user.id))  # type: ignore[arg-type]
         session.delete(user)
 
 

@@ -80,7 +80,8 @@ def build_context(
         db=db,
         keys=keys,
         clock=clock,
-        cookie_secret=derive_key(secret, "mcpauth cookies"),
+        # bound to the issuer: issuers sharing a secret reject each other's cookies
+        cookie_secret=derive_key(secret, f"mcpauth cookies {settings.issuer}"),
         idps=IdentityProviders(settings.trusted_idps),
         clients=ClientDirectory(settings, ssl_context=ssl_context),
     )

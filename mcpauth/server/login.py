@@ -15,7 +15,7 @@ from mcpauth.server.context import ServerContext
 from mcpauth.server.html import error_page, render
 from mcpauth.server.observability import audit
 from mcpauth.server.passwords import verify_password
-from mcpauth.server.session import BrowserSession, csrf_valid
+from mcpauth.server.session import BrowserSession, csrf_valid, sign_in
 from mcpauth.server.storage.accounts import user_by_name
 from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
@@ -140,6 +140,6 @@ async def attempt_login(
         # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
         return LoginOutcome(error="Wrong username or password.", username=username)
     await run_blocking(_succeed, ctx, keys[0])
-    browser.sign_in(user_id, ctx.now())
+    await run_blocking(sign_in, ctx, browser, user_id)
     audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)

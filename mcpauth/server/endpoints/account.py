@@ -24,6 +24,7 @@ from mcpauth.server.session import (
     csrf_valid,
     load_session,
     save_session,
+    sign_out,
 )
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.accounts import get_client, get_resource
@@ -144,7 +145,7 @@ def _account_view(
 
 async def page(request: Request) -> Response:
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     view = None
     if browser.user_id is not None:
         revoked = request.query_params.get("revoked")
@@ -175,7 +176,7 @@ def _application(ctx: ServerContext, user_id: str, client_id: str) -> Applicatio
 async def confirm_revoke(request: Request) -> Response:
     """Ask before revoking: what the application loses, a confirm button, a way back."""
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     client_id = request.query_params.get("client_id", "")
     if browser.user_id is None:
         return see_other(ctx.endpoint_url("account"))
@@ -204,7 +205,7 @@ def _no_such_application(ctx: ServerContext) -> Response:
 
 async def login(request: Request) -> Response:
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     outcome = await attempt_login(
         ctx, request, browser, LOGIN_PURPOSE, retry_url=ctx.endpoint_url("account")
     )
@@ -245,7 +246,7 @@ def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
 
 async def revoke(request: Request) -> Response:
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:
         return refused
@@ -261,11 +262,11 @@ async def revoke(request: Request) -> Response:
 
 async def logout(request: Request) -> Response:
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:
         return refused
-    browser.sign_out()
+    await run_blocking(sign_out, ctx, browser)
     response = see_other(ctx.endpoint_url("account") + "?signed_out=1")
     save_session(ctx, browser, response)
     return response

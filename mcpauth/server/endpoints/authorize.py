@@ -148,7 +148,7 @@ async def authorize(request: Request) -> Response:
         pairs = await _pairs(request, ctx.settings.max_body_bytes)
     except Unredirectable as exc:
         return error_page(exc.error, exc.description)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     with requests_from(request.client.host if request.client else "unknown"):
         response = await run_blocking(_start, ctx, pairs, browser.sid)
     save_session(ctx, browser, response)

@@ -197,7 +197,7 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
 
 async def show(request: Request) -> Response:
     ctx = get_context(request)
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     response = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
     save_session(ctx, browser, response)
     return response
@@ -206,7 +206,7 @@ async def show(request: Request) -> Response:
 async def login(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     loaded = await run_blocking(_load, ctx, interaction_id)
     if loaded is None:
         return _expired()
@@ -290,7 +290,7 @@ def _decide(
 async def consent(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
-    browser = load_session(ctx, request)
+    browser = await load_session(ctx, request)
     refused = refuse_cross_site(ctx, request)
     if refused is not None:
         return refused

@@ -140,6 +140,18 @@ class Consent(SQLModel, table=True):
     updated_at: int  # the user's last explicit approval
 
 
+class BrowserSessionRecord(SQLModel, table=True):
+    """A signed-in browser session (the cookie holds only the id, stored here as a digest)."""
+
+    __tablename__ = "browser_sessions"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(max_length=64, index=True)
+    auth_time: int
+    created_at: int
+    expires_at: int = Field(index=True)
+
+
 class Interaction(SQLModel, table=True):
     """A validated authorization request waiting for login and consent."""
 

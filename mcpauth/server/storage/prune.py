@@ -5,7 +5,7 @@ every batch is idempotent anyway, so replicas that race do no double work).
 What is dead:
 
 - authorization codes one code lifetime after they expired (a replay inside that margin still
-  revokes its grant); interactions once expired;
+  revokes its grant); interactions and signed-in browser sessions once expired;
 - refresh-token families whose grant was revoked or outlived ``refresh_token_ttl`` (reuse
   detection keeps working until then), then those grants;
 - revoked access-token ids and used assertion ids after their expiry;
@@ -26,6 +26,7 @@ from mcpauth.server.config import Settings
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import (
     AuthorizationCode,
+    BrowserSessionRecord,
     Client,
     Consent,
     Grant,
@@ -54,6 +55,7 @@ def _table(model: type) -> Table:
 
 CODES = _table(AuthorizationCode)
 INTERACTIONS = _table(Interaction)
+SESSIONS = _table(BrowserSessionRecord)
 REFRESH = _table(RefreshToken)
 GRANTS = _table(Grant)
 REVOKED = _table(RevokedAccessToken)
@@ -88,6 +90,7 @@ RULES = (
         lambda s, now: CODES.c.expires_at + s.authorization_code_ttl < now,
     ),
     Rule("interactions", INTERACTIONS, lambda s, now: INTERACTIONS.c.expires_at < now),
+    Rule("browser_sessions", SESSIONS, lambda s, now: SESSIONS.c.expires_at < now),
     Rule(
         "refresh_tokens",
         REFRESH,
