@@ -2,7 +2,7 @@
 
 Shared by the authorization server (signing) and the middleware (verification). Verification
 takes its algorithm from the key, never from the token: a key type admits one algorithm, ``none``
-and HMAC are never accepted (attacks.md row 15).
+and HMAC are never accepted (docs/security.md T15).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def unverified_header(token: str) -> dict[str, Any]:
 def _key_for(
     header: Mapping[str, Any], keys: Mapping[str, VerificationKey], typ: Iterable[str] | None
 ) -> VerificationKey:
-    """The verification key a header selects, after the header checks of attacks.md row 15."""
+    """The verification key a header selects, after the header checks of docs/security.md T15."""
     for name in _EMBEDDED_KEY_HEADERS:
         if name in header:
             raise InvalidToken(f"The access token header must not carry {name!r}")

@@ -1,4 +1,4 @@
-"""Rules checked over the source itself (attacks.md row 18): secrets are never compared with
+"""Rules checked over the source itself (docs/security.md T18): secrets are never compared with
 ``==``/``!=`` (``hmac.compare_digest`` only), randomness comes from ``secrets`` only, and no
 module grows past 500 lines."""
 
@@ -46,7 +46,7 @@ def _secretish(node: ast.AST) -> bool:
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_row18_secrets_are_never_compared_with_equality(path: Path) -> None:
+def test_t18_secrets_are_never_compared_with_equality(path: Path) -> None:
     tree = ast.parse(path.read_text())
     offenders = []
     for node in ast.walk(tree):
@@ -62,7 +62,7 @@ def test_row18_secrets_are_never_compared_with_equality(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_row18_randomness_comes_from_secrets_only(path: Path) -> None:
+def test_t18_randomness_comes_from_secrets_only(path: Path) -> None:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -1,5 +1,5 @@
 """Reading the bearer token from a request (RFC 6750 §2.1 only: the header; never the query
-string or a form body, OAuth 2.1 "Bearer Token Requests", attacks.md row 17)."""
+string or a form body, OAuth 2.1 "Bearer Token Requests", docs/security.md T17)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def bearer_token(scope: Scope, *, max_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> 
     if len(values) > 1:
         raise InvalidRequest("More than one Authorization header")
     raw = values[0]
-    # attacks.md row 16: refuse oversized credentials before any decoding.
+    # docs/security.md T16: refuse oversized credentials before any decoding.
     if len(raw) > max_bytes:
         raise InvalidToken("The access token is too large")
     scheme, _, credentials = raw.decode("latin-1").strip().partition(" ")

@@ -95,7 +95,7 @@ def parse_scope(value: Any) -> tuple[str, ...]:
 class JWTVerifier:
     """RFC 9068 JWT access tokens signed by one authorization server.
 
-    Keys come only from the server's JWKS (attacks.md row 15); the algorithm comes from the key;
+    Keys come only from the server's JWKS (docs/security.md T15); the algorithm comes from the key;
     ``aud`` must contain ``resource`` and there is no switch to turn that off (RFC 8707 §2).
     """
 

@@ -1,6 +1,6 @@
 """Client authentication at the token endpoint (OAuth 2.1 §2.4): exactly one method, the
 one the client registered; secrets compared as digests in constant time; failures throttled
-per client and per address (attacks.md rows 18, 19)."""
+per client and per address (docs/security.md T18, T19)."""
 
 from __future__ import annotations
 

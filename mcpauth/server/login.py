@@ -1,6 +1,6 @@
 """Password sign-in shared by the authorization interaction and the account page: Origin and
 CSRF checks, throttling per account and per client IP through the database, argon2id
-verification off the event loop (attacks.md rows 10 and 20)."""
+verification off the event loop (docs/security.md T10, T20)."""
 
 from __future__ import annotations
 

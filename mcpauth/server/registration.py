@@ -1,7 +1,7 @@
 """RFC 7591 client metadata validation: every field checked, errors name the field.
 
 The result is what gets stored and echoed; unknown members are ignored (RFC 7591 §2) and
-client-chosen ``client_id``/``client_secret`` values never are used (attacks.md row 22)."""
+client-chosen ``client_id``/``client_secret`` values never are used (docs/security.md T22)."""
 
 from __future__ import annotations
 

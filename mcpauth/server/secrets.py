@@ -1,4 +1,4 @@
-"""Random handles and their digests (attacks.md row 18), and the server secret from which
+"""Random handles and their digests (docs/security.md T18), and the server secret from which
 the key-encryption key and the cookie-signing key are derived."""
 
 from __future__ import annotations

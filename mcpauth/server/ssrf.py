@@ -1,5 +1,5 @@
 """SSRF-safe fetching of client-controlled URLs: Client ID Metadata Documents now, the
-``jwks_uri`` of ``private_key_jwt`` clients later (spec/attacks.md row 21, AS-14).
+``jwks_uri`` of ``private_key_jwt`` clients later (docs/security.md T21, AS-14).
 
 The guard lives in the httpcore network backend, so it runs at connect time for every
 connection: the backend resolves the host once, refuses if *any* address is special-use, and
@@ -32,7 +32,7 @@ import httpx
 from mcpauth.errors import MCPAuthError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, attacks.md row 21)
+DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, docs/security.md T21)
 DEFAULT_MAX_BYTES = 5 * 1024  # CIMD-00 §6.6: about 5 KB
 USER_AGENT = "mcpauth (client metadata fetcher)"
 RESOLVER_THREADS = 8  # name lookups at once; more wait their turn within their deadline
@@ -202,7 +202,7 @@ async def _connect(address: IPAddress, target: str, port: int) -> _Stream:
 
 
 class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolve, check every address (row 21: after DNS, at connect time), connect to it."""
+    """Resolve, check every address (T21: after DNS, at connect time), connect to it."""
 
     def __init__(self, allow: frozenset[str], deny: frozenset[str]) -> None:
         self._allow = allow
@@ -225,7 +225,7 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         self.resolving = None
         if name not in self._allow:
             for address, _ in addresses:
-                # CIMD §6.5 / attacks.md row 21: no special-use address, whatever DNS says
+                # CIMD §6.5 / docs/security.md T21: no special-use address, whatever DNS says
                 if (reason := forbidden_reason(address)) is not None:
                     raise FetchError(
                         f"refused {name}: {address} is a special-use address ({reason})"
@@ -284,7 +284,7 @@ async def _read_capped(
 
 def _check_response(status: int, headers: httpx.Headers, url: str) -> None:
     if 300 <= status < 400:
-        # CIMD-00 §4 and attacks.md row 21: redirects are never followed
+        # CIMD-00 §4 and docs/security.md T21: redirects are never followed
         target = headers.get("location", "elsewhere")
         raise FetchError(
             f"{url}: redirects to {target} (HTTP {status}); redirects are not followed"
@@ -373,7 +373,7 @@ class SafeFetcher:
         except (httpx.InvalidURL, TypeError) as exc:
             raise FetchError(f"{url!r} is not a valid URL: {exc}") from exc
         if target.scheme != "https":
-            # AS-14 / row 21: https only, refused before any connection
+            # AS-14 / T21: https only, refused before any connection
             raise FetchError(f"{url}: only https URLs are fetched, not {target.scheme or 'none'!r}")
         if not target.host:
             raise FetchError(f"{url}: the URL has no host")

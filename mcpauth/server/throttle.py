@@ -1,5 +1,5 @@
 """Failure throttling shared through the database, so every replica sees the same counts
-(attacks.md rows 19 and 20). A key that reaches its limit inside the window is locked, and
+(docs/security.md T19, T20). A key that reaches its limit inside the window is locked, and
 each further failure while counting doubles the lock, up to an hour."""
 
 from __future__ import annotations

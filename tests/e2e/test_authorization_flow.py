@@ -1,4 +1,4 @@
-"""End to end with real processes on 127.0.0.1 (issue 3, done-when 1): `mcpauth serve` on a SQLite
+"""End to end with real processes on 127.0.0.1: `mcpauth serve` on a SQLite
 file, a user from `mcpauth users add`, a resource from `mcpauth resources add`; a public client
 registers dynamically, follows the authorization URL through the login and consent HTML forms,
 redeems the code with its PKCE verifier and `resource`, and gets an RFC 9068 JWT that verifies

@@ -111,7 +111,7 @@ async def test_as09_as14_an_unusable_document_aborts_the_authorization_with_a_pa
     assert "invalid_client" in response.text
 
 
-async def test_row21_a_document_on_a_host_not_allowed_is_never_fetched(
+async def test_t21_a_document_on_a_host_not_allowed_is_never_fetched(
     make_settings: Callable[..., Settings],
     server: DocumentServer,
 ) -> None:

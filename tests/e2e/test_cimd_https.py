@@ -1,6 +1,6 @@
 """Client ID Metadata Documents end to end: uvicorn serves documents over HTTPS on 127.0.0.1
 with a certificate from a CA made here; the fetcher trusts that CA through its ssl hook and is
-allowed to reach loopback only where the allow list says so (AS-06..AS-18, attacks.md row 21)."""
+allowed to reach loopback only where the allow list says so (AS-06..AS-18, docs/security.md T21)."""
 
 from __future__ import annotations
 
@@ -305,7 +305,7 @@ def test_as10_a_no_store_document_is_fetched_on_every_resolution(
     assert len(cache) == 0
 
 
-def test_row21_the_same_server_is_refused_without_the_allow_list(
+def test_t21_the_same_server_is_refused_without_the_allow_list(
     docs: DocumentServer, make_settings: Callable[..., Settings], connections: list[Any]
 ) -> None:
     for host in ("localhost", "127.0.0.1"):
@@ -327,7 +327,7 @@ def test_as18_the_deny_list_beats_the_allow_list_against_the_real_server(
     assert docs.requests == []
 
 
-def test_row21_plain_http_is_refused_without_a_connection(
+def test_t21_plain_http_is_refused_without_a_connection(
     docs: DocumentServer, cimd_settings: Settings, connections: list[Any]
 ) -> None:
     url = docs.url("/clients/app.json").replace("https://", "http://")
@@ -339,7 +339,7 @@ def test_row21_plain_http_is_refused_without_a_connection(
 
 
 @pytest.mark.parametrize("path", ["/clients/to-internal.json", "/clients/to-valid.json"])
-def test_row21_redirects_are_refused_and_never_followed(
+def test_t21_redirects_are_refused_and_never_followed(
     docs: DocumentServer, cimd_settings: Settings, connections: list[Any], path: str
 ) -> None:
     reason = fetch_failure(cimd_settings, docs, docs.url(path))
@@ -350,7 +350,7 @@ def test_row21_redirects_are_refused_and_never_followed(
     assert ("10.0.0.1", 443) not in connections
 
 
-def test_row21_a_slow_server_is_cut_off_at_the_total_timeout(
+def test_t21_a_slow_server_is_cut_off_at_the_total_timeout(
     docs: DocumentServer, cimd_settings: Settings
 ) -> None:
     started = time.monotonic()
@@ -359,7 +359,7 @@ def test_row21_a_slow_server_is_cut_off_at_the_total_timeout(
     assert 0.9 <= time.monotonic() - started < 3
 
 
-def test_row21_a_trickling_server_is_cut_off_although_each_read_is_quick(
+def test_t21_a_trickling_server_is_cut_off_although_each_read_is_quick(
     docs: DocumentServer, cimd_settings: Settings
 ) -> None:
     started = time.monotonic()
@@ -375,7 +375,7 @@ def test_row21_a_trickling_server_is_cut_off_although_each_read_is_quick(
         ("/clients/big-chunked.json", "the response is larger than 5120 bytes"),
     ],
 )
-def test_row21_a_10_mb_body_is_refused_without_reading_it(
+def test_t21_a_10_mb_body_is_refused_without_reading_it(
     docs: DocumentServer, cimd_settings: Settings, bytes_read: list[int], path: str, message: str
 ) -> None:
     assert message in fetch_failure(cimd_settings, docs, docs.url(path))
@@ -399,7 +399,7 @@ def test_as12_a_document_that_is_not_json_is_refused(
         resolve(cimd_settings, docs, docs.url("/clients/page.html"))
 
 
-def test_row21_the_certificate_is_verified_against_the_host_name(
+def test_t21_the_certificate_is_verified_against_the_host_name(
     docs: DocumentServer, cimd_settings: Settings
 ) -> None:
     untrusting = SafeFetcher(allow_hosts=["localhost"], timeout=1.0)

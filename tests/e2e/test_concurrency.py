@@ -1,4 +1,4 @@
-"""Single use under concurrency against the real server process (issue 3, done-when 3): 20
+"""Single use under concurrency against the real server process: 20
 simultaneous redemptions of one authorization code and 20 simultaneous refreshes of one refresh
 token give exactly one 200 each; every other request is a 400 invalid_grant, never a 500. The
 losers are replays, so the grant the winner got tokens from is revoked as well."""

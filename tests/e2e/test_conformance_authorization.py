@@ -1,4 +1,4 @@
-"""The official MCP conformance suite's `authorization` command against `mcpauth serve` (issue 3,
+"""The official MCP conformance suite's `authorization` command against `mcpauth serve`,
 done-when 2). The suite fetches the metadata, prints an authorization URL and waits for the code
 on its own callback server; this test plays the user's browser: it opens the URL, signs in and
 approves through the HTML forms, and delivers the redirect to the suite's callback. The suite

@@ -1,4 +1,4 @@
-"""Crash safety (issue 7, done-when 4): `kill -9` of `mcpauth serve` in the middle of a load of
+"""Crash safety: `kill -9` of `mcpauth serve` in the middle of a load of
 code redemptions and refreshes, on SQLite (WAL) and on PostgreSQL. After a restart on the same
 database:
 

@@ -1,4 +1,4 @@
-"""Deployment on PostgreSQL (issue 7, done-when 3): the container's entry point script, run
+"""Deployment on PostgreSQL: the container's entry point script, run
 outside Docker against the test PostgreSQL with the environment compose gives it, migrates an
 empty database, creates the bootstrap resource and user, and serves; `mcpauth serve` refuses a
 PostgreSQL database whose schema is behind until `mcpauth db upgrade`; docker/compose.yaml

@@ -1,4 +1,4 @@
-"""End to end (issue 6): the real `mcpauth serve` issues client_credentials tokens to a
+"""End to end: the real `mcpauth serve` issues client_credentials tokens to a
 client_secret_basic client and to a private_key_jwt client, and the middleware accepts them
 for the right resource only; revocation followed by introspection is inactive, and the
 middleware in introspection mode refuses the revoked token at once."""
@@ -167,7 +167,7 @@ async def test_asx1_a_private_key_jwt_token_works_for_its_resource_only(
     assert (await call(protected(OTHER, server.issuer), token)).status_code == 401
 
 
-async def test_row29_a_revoked_token_is_inactive_and_refused_at_once_in_introspection_mode(
+async def test_t29_a_revoked_token_is_inactive_and_refused_at_once_in_introspection_mode(
     http: httpx.AsyncClient, server: AuthServer, secret_client: dict[str, Any]
 ) -> None:
     rs = server.add_client(

@@ -1,4 +1,4 @@
-"""`mcpauth proxy` in front of a Node MCP server from npm (issue 4, done-when 2c): the reference
+"""`mcpauth proxy` in front of a Node MCP server from npm: the reference
 `@modelcontextprotocol/server-everything` in Streamable HTTP mode, with tokens from the real
 `mcpauth serve`. The official SDK client signs in through the forms, lists the Node server's
 tools through the proxy and calls its streaming tool: the progress notifications arrive over SSE

@@ -1,5 +1,5 @@
 """Two `mcpauth serve` processes on one PostgreSQL database behave as one authorization server
-(issue 7, done-when 2). Both run with the same MCPAUTH_SECRET_KEY and the same issuer string; a
+. Both run with the same MCPAUTH_SECRET_KEY and the same issuer string; a
 client may talk to either: a browser whose requests alternate between them signs in and
 consents, a code issued through one is redeemed through the other, concurrent redemptions and
 refreshes split across both have exactly one winner, login throttling is shared, and signing keys

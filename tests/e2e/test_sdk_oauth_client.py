@@ -1,4 +1,4 @@
-"""End to end with real processes on 127.0.0.1 (issue 4, done-when 1): `mcpauth serve` on a SQLite
+"""End to end with real processes on 127.0.0.1: `mcpauth serve` on a SQLite
 file, and an official MCP Python SDK server (its streamable HTTP app) wrapped by
 `ProtectedResourceMiddleware` under uvicorn. The official SDK client (`OAuthClientProvider` over
 httpx2, in-memory storage, no prior state) discovers, registers dynamically, signs in through the

@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 7): SIGTERM lets requests already being served finish before the
+"""Graceful shutdown: SIGTERM lets requests already being served finish before the
 process exits. Sign-ins are the slow requests here (argon2id), so several are in flight when
 the signal arrives."""
 

@@ -1,4 +1,4 @@
-"""attacks.md rows 14-17 and issue 4 "done when" 3: each forged or misused token gets 401 and
+"""docs/security.md T14-T17: each forged or misused token gets 401 and
 the application is never reached."""
 
 from __future__ import annotations
@@ -83,24 +83,24 @@ def now() -> int:
 
 
 FORGERIES: dict[str, Callable[[FakeAuthorizationServer], str]] = {
-    "a token for another resource (row 14, RS-09)": lambda s: s.mint(aud=OTHER_RESOURCE),
-    "a token without aud (row 14)": lambda s: s.mint(aud=None),
-    "a token whose aud list lacks this resource (row 14)": lambda s: s.mint(
+    "a token for another resource (T14, RS-09)": lambda s: s.mint(aud=OTHER_RESOURCE),
+    "a token without aud (T14)": lambda s: s.mint(aud=None),
+    "a token whose aud list lacks this resource (T14)": lambda s: s.mint(
         aud=[OTHER_RESOURCE, "https://mcp.example.com"]
     ),
-    "alg none (row 15)": alg_none,
-    "HS256 signed with the public key PEM (row 15)": hs256_with_public_key,
-    "an embedded jwk header (row 15)": embedded_jwk,
-    "a jku header (row 15)": jku_header,
-    "an x5u header (row 15)": x5u_header,
-    "a kid pointing to an unknown key (row 15)": lambda s: s.mint(kid="no-such-key"),
-    "a path-traversal kid (row 15)": lambda s: s.mint(kid="../../../../etc/passwd"),
-    "an attacker key under a known kid (row 15)": attacker_key_with_known_kid,
-    "an unknown crit header (row 15)": unknown_crit,
-    "typ JWT instead of at+jwt (row 15)": lambda s: s.mint(typ="JWT"),
-    "a wrong issuer (row 15)": lambda s: s.mint(iss="https://evil.example.com"),
-    "an expired token (row 15)": lambda s: s.mint(exp=now() - 120, iat=now() - 600),
-    "nbf in the future (row 15)": lambda s: s.mint(nbf=now() + 600),
+    "alg none (T15)": alg_none,
+    "HS256 signed with the public key PEM (T15)": hs256_with_public_key,
+    "an embedded jwk header (T15)": embedded_jwk,
+    "a jku header (T15)": jku_header,
+    "an x5u header (T15)": x5u_header,
+    "a kid pointing to an unknown key (T15)": lambda s: s.mint(kid="no-such-key"),
+    "a path-traversal kid (T15)": lambda s: s.mint(kid="../../../../etc/passwd"),
+    "an attacker key under a known kid (T15)": attacker_key_with_known_kid,
+    "an unknown crit header (T15)": unknown_crit,
+    "typ JWT instead of at+jwt (T15)": lambda s: s.mint(typ="JWT"),
+    "a wrong issuer (T15)": lambda s: s.mint(iss="https://evil.example.com"),
+    "an expired token (T15)": lambda s: s.mint(exp=now() - 120, iat=now() - 600),
+    "nbf in the future (T15)": lambda s: s.mint(nbf=now() + 600),
     "a token without client_id": lambda s: s.mint(client_id=None),
     "a garbage token": lambda s: "not.a.jwt",
 }
@@ -135,7 +135,7 @@ async def test_a_valid_token_reaches_the_app_so_the_forgery_tests_mean_something
     assert len(recording_app.calls) == 1
 
 
-async def test_a_token_in_the_query_string_is_ignored_row_17(
+async def test_a_token_in_the_query_string_is_ignored_t17(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
     token = auth_server.mint()
@@ -146,7 +146,7 @@ async def test_a_token_in_the_query_string_is_ignored_row_17(
     assert recording_app.calls == []
 
 
-async def test_a_token_in_a_form_body_is_ignored_row_17(
+async def test_a_token_in_a_form_body_is_ignored_t17(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
     async with client_for(protect()) as client:
@@ -155,7 +155,7 @@ async def test_a_token_in_a_form_body_is_ignored_row_17(
     assert recording_app.calls == []
 
 
-async def test_a_one_megabyte_authorization_header_is_refused_before_decoding_row_16(
+async def test_a_one_megabyte_authorization_header_is_refused_before_decoding_t16(
     recording_app: RecordingApp, protect: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def must_not_decode(*args: Any, **kwargs: Any) -> Any:
@@ -174,7 +174,7 @@ async def test_a_one_megabyte_authorization_header_is_refused_before_decoding_ro
     assert recording_app.calls == []
 
 
-async def test_a_token_with_ten_thousand_scopes_is_handled_without_error_row_16(
+async def test_a_token_with_ten_thousand_scopes_is_handled_without_error_t16(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
     scope = " ".join(f"s{i}" for i in range(10_000))
@@ -185,7 +185,7 @@ async def test_a_token_with_ten_thousand_scopes_is_handled_without_error_row_16(
     assert recording_app.calls == []
 
 
-async def test_forwarded_host_headers_do_not_change_the_advertised_metadata_url_row_26(
+async def test_forwarded_host_headers_do_not_change_the_advertised_metadata_url_t26(
     protect: Any,
 ) -> None:
     spoofed = {

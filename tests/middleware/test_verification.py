@@ -87,7 +87,7 @@ async def test_an_unknown_kid_triggers_one_refetch_so_rotated_keys_are_accepted(
     assert auth_server.fetches["jwks"] == 2
 
 
-async def test_unknown_kids_refetch_the_jwks_at_most_once_per_interval_row_15(
+async def test_unknown_kids_refetch_the_jwks_at_most_once_per_interval_t15(
     auth_server: FakeAuthorizationServer, protect: Any
 ) -> None:
     with freeze_time("2026-01-01 00:00:00") as clock:
@@ -227,7 +227,7 @@ async def test_introspection_accepts_an_active_token_for_this_resource(
     ],
     ids=["inactive", "other audience", "no audience", "other issuer", "expired", "active not bool"],
 )
-async def test_introspection_refuses_tokens_that_are_not_for_this_resource_row_14(
+async def test_introspection_refuses_tokens_that_are_not_for_this_resource_t14(
     data: dict[str, Any], auth_server: FakeAuthorizationServer
 ) -> None:
     auth_server.active["opaque"] = data

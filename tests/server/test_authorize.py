@@ -1,6 +1,6 @@
 """The authorization endpoint: exact redirect URI matching with the loopback port rule,
 errors that never redirect to an unvalidated URI, PKCE S256 only, RFC 8707 resources, scopes,
-RFC 9207 `iss` (attacks.md rows 4, 6, 7, 8, 9, 12, 23, 25, 27; AS-21, AS-22, AS-27)."""
+RFC 9207 `iss` (docs/security.md T4, T6, T7, T8, T9, T12, T23, T25, T27; AS-21, AS-22, AS-27)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ UNREDIRECTABLE = [
     ],
     ids=["valid", "implicit", "bad-scope", "no-pkce", "plain-pkce"],
 )
-async def test_row7_errors_with_an_unvalidated_client_or_redirect_never_redirect(
+async def test_t7_errors_with_an_unvalidated_client_or_redirect_never_redirect(
     http: httpx.AsyncClient,
     trusted_client: dict[str, Any],
     case: str,
@@ -112,7 +112,7 @@ REDIRECTED_ERRORS = [
 @pytest.mark.parametrize(
     ("case", "changes", "error"), REDIRECTED_ERRORS, ids=[c[0] for c in REDIRECTED_ERRORS]
 )
-async def test_row7_row9_errors_redirect_to_a_trusted_client_with_state_and_iss(
+async def test_t7_t9_errors_redirect_to_a_trusted_client_with_state_and_iss(
     http: httpx.AsyncClient,
     trusted_client: dict[str, Any],
     case: str,
@@ -130,7 +130,7 @@ async def test_row7_row9_errors_redirect_to_a_trusted_client_with_state_and_iss(
     assert params["iss"] == ISSUER  # RFC 9207: errors carry iss too
 
 
-async def test_row8_errors_for_a_dynamically_registered_client_show_a_page_before_any_redirect(
+async def test_t8_errors_for_a_dynamically_registered_client_show_a_page_before_any_redirect(
     http: httpx.AsyncClient,
     public_client: dict[str, Any],
 ) -> None:
@@ -157,7 +157,7 @@ async def test_row8_errors_for_a_dynamically_registered_client_show_a_page_befor
         ("http://127.0.0.1:53111/callback?x=1", False),
     ],
 )
-async def test_row6_loopback_redirects_match_on_any_port_and_nothing_else(
+async def test_t6_loopback_redirects_match_on_any_port_and_nothing_else(
     http: httpx.AsyncClient, public_client: dict[str, Any], requested: str, ok: bool
 ) -> None:
     response = await _get(
@@ -168,7 +168,7 @@ async def test_row6_loopback_redirects_match_on_any_port_and_nothing_else(
         assert "/interaction/" in response.headers["location"]
 
 
-async def test_row6_ipv6_loopback_registration_matches_on_any_port(
+async def test_t6_ipv6_loopback_registration_matches_on_any_port(
     http: httpx.AsyncClient, seeded: Starlette
 ) -> None:
     from ..oauth import register_public_client
@@ -187,7 +187,7 @@ async def test_row6_ipv6_loopback_registration_matches_on_any_port(
 
 
 @pytest.mark.parametrize("name", ["code_challenge", "state", "scope", "response_type"])
-async def test_row27_a_repeated_parameter_is_invalid_request(
+async def test_t27_a_repeated_parameter_is_invalid_request(
     http: httpx.AsyncClient, trusted_client: dict[str, Any], name: str
 ) -> None:
     params = list(_params(trusted_client["client_id"], scope="mcp:tools").items())
@@ -198,7 +198,7 @@ async def test_row27_a_repeated_parameter_is_invalid_request(
 
 
 @pytest.mark.parametrize("name", ["client_id", "redirect_uri"])
-async def test_row27_a_repeated_client_id_or_redirect_uri_is_never_redirected(
+async def test_t27_a_repeated_client_id_or_redirect_uri_is_never_redirected(
     http: httpx.AsyncClient, trusted_client: dict[str, Any], name: str
 ) -> None:
     params = list(_params(trusted_client["client_id"]).items())
@@ -256,7 +256,7 @@ async def test_resource_is_compared_in_canonical_form(
     assert "/interaction/" in response.headers["location"]
 
 
-async def test_row25_authorize_has_no_cors(
+async def test_t25_authorize_has_no_cors(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     preflight = await http.options(
@@ -271,7 +271,7 @@ async def test_row25_authorize_has_no_cors(
     assert "access-control-allow-origin" not in response.headers
 
 
-async def test_row12_every_html_page_forbids_framing_and_caching(
+async def test_t12_every_html_page_forbids_framing_and_caching(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     error = await http.get("/authorize?client_id=nope")

@@ -1,6 +1,6 @@
 """Login and consent: CSRF bound to session and request, Origin checks, 303 after POST,
 the request bound to the browser that started it, remembered consent, first-party clients,
-throttled logins (attacks.md rows 10, 11, 20, 26; AS-17, AS-31)."""
+throttled logins (docs/security.md T10, T11, T20, T26; AS-17, AS-31)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ async def test_deny_redirects_access_denied_with_state_and_iss(
     assert params["iss"] == ISSUER
 
 
-async def test_row11_every_post_answers_303(
+async def test_t11_every_post_answers_303(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await login_page(http, public_client["client_id"])
@@ -86,7 +86,7 @@ async def test_row11_every_post_answers_303(
 
 
 @pytest.mark.parametrize("token", [None, "", "0" * 64])
-async def test_row10_consent_without_a_valid_csrf_token_is_refused(
+async def test_t10_consent_without_a_valid_csrf_token_is_refused(
     http: httpx.AsyncClient, public_client: dict[str, Any], token: str | None
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
@@ -97,7 +97,7 @@ async def test_row10_consent_without_a_valid_csrf_token_is_refused(
     assert "location" not in response.headers
 
 
-async def test_row10_login_without_a_valid_csrf_token_is_refused(
+async def test_t10_login_without_a_valid_csrf_token_is_refused(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await login_page(http, public_client["client_id"])
@@ -108,7 +108,7 @@ async def test_row10_login_without_a_valid_csrf_token_is_refused(
     assert response.status_code == 403
 
 
-async def test_row10_a_token_from_one_session_is_useless_in_another(
+async def test_t10_a_token_from_one_session_is_useless_in_another(
     app: Starlette, public_client: dict[str, Any]
 ) -> None:
     transport = httpx.ASGITransport(app=app)
@@ -125,7 +125,7 @@ async def test_row10_a_token_from_one_session_is_useless_in_another(
     assert response.status_code == 403
 
 
-async def test_row10_a_request_started_in_one_browser_cannot_be_finished_in_another(
+async def test_t10_a_request_started_in_one_browser_cannot_be_finished_in_another(
     app: Starlette, public_client: dict[str, Any]
 ) -> None:
     transport = httpx.ASGITransport(app=app)
@@ -138,7 +138,7 @@ async def test_row10_a_request_started_in_one_browser_cannot_be_finished_in_anot
     assert hijacked.status_code == 403
 
 
-async def test_row10_a_cross_site_consent_post_is_refused(
+async def test_t10_a_cross_site_consent_post_is_refused(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
@@ -151,7 +151,7 @@ async def test_row10_a_cross_site_consent_post_is_refused(
     assert response.status_code == 403
 
 
-async def test_row10_consent_is_bound_to_its_own_request(
+async def test_t10_consent_is_bound_to_its_own_request(
     http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     other = admin.add_client(
@@ -221,7 +221,7 @@ async def test_prompt_login_asks_for_the_password_again(
     assert "password" in forms(page.text)[0].fields
 
 
-async def test_row8_prompt_none_never_redirects_silently_to_an_untrusted_client(
+async def test_t8_prompt_none_never_redirects_silently_to_an_untrusted_client(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await follow(
@@ -260,7 +260,7 @@ async def test_a_wrong_password_shows_the_form_again(
     assert "password" in forms(response.text)[0].fields
 
 
-async def test_row20_repeated_failed_logins_lock_the_account_with_retry_after(
+async def test_t20_repeated_failed_logins_lock_the_account_with_retry_after(
     http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     page = await login_page(http, public_client["client_id"])
@@ -271,7 +271,7 @@ async def test_row20_repeated_failed_logins_lock_the_account_with_retry_after(
     assert int(locked.headers["retry-after"]) > 0
 
 
-async def test_row26_forwarded_for_from_an_untrusted_peer_does_not_reset_the_address_limit(
+async def test_t26_forwarded_for_from_an_untrusted_peer_does_not_reset_the_address_limit(
     app: Starlette, public_client: dict[str, Any], settings: Any
 ) -> None:
     # The address limit is four times the account limit; spread failures over accounts and

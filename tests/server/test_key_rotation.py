@@ -1,6 +1,6 @@
 """Key rotation never rejects a valid token: the next key is published at once, signs only
 after the delay, and the old key stays published until its last token expired; checked with
-the protected-resource middleware as the verifier (issue 7)."""
+the protected-resource middleware as the verifier."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """client_credentials for pre-registered confidential clients, with client_secret_basic and
-private_key_jwt (RFC 7523 §2.2) authentication (AS-X1; attacks.md rows 19 and 22)."""
+private_key_jwt (RFC 7523 §2.2) authentication (AS-X1; docs/security.md T19, T22)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ async def test_asx1_client_secret_basic_gets_a_token_whose_subject_is_the_client
     body = response.json()
     assert "refresh_token" not in body
     claims = claims_of(seeded, body["access_token"])
-    assert claims["sub"] == claims["client_id"] == secret_client["client_id"]  # row 22
+    assert claims["sub"] == claims["client_id"] == secret_client["client_id"]  # T22
     assert claims["gty"] == "client_credentials"
     assert claims["scope"] == "mcp:tools"
 

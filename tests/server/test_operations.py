@@ -1,5 +1,5 @@
 """Running it for real: rate limits shared through the database, request ids, an audit trail
-that never holds a secret, JSON logs, readiness and Prometheus metrics (issue 7)."""
+that never holds a secret, JSON logs, readiness and Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def client_for(app: Starlette, address: str = "203.0.113.7") -> httpx.AsyncClien
     )
 
 
-async def test_row19_registration_is_rate_limited_per_address_with_retry_after(
+async def test_t19_registration_is_rate_limited_per_address_with_retry_after(
     make_settings: Callable[..., Settings],
 ) -> None:
     app = create_app(make_settings(rate_limit_register=3))

@@ -176,7 +176,7 @@ async def test_confidential_registration_returns_a_secret_stored_only_as_a_diges
     assert response.status_code == 201
     info = response.json()
     secret = info["client_secret"]
-    assert len(secret) >= 43  # 256 random bits, base64url (attacks.md row 18)
+    assert len(secret) >= 43  # 256 random bits, base64url (docs/security.md T18)
     assert info["client_secret_expires_at"] == 0
     assert info["logo_uri"] == "https://app.example/logo.png"
     with app.state.mcpauth.db.read() as session:

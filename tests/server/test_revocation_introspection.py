@@ -1,4 +1,4 @@
-"""RFC 7009 revocation and RFC 7662 introspection (attacks.md rows 1 and 29)."""
+"""RFC 7009 revocation and RFC 7662 introspection (docs/security.md T1, T29)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ async def test_an_expired_access_token_is_inactive(
         assert (await introspect(http, resource_server, issued["access_token"]))["active"] is False
 
 
-async def test_row29_revoking_an_access_token_makes_it_inactive(
+async def test_t29_revoking_an_access_token_makes_it_inactive(
     http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
@@ -88,7 +88,7 @@ async def test_row29_revoking_an_access_token_makes_it_inactive(
     assert (await introspect(http, resource_server, issued["access_token"]))["active"] is False
 
 
-async def test_row29_revoking_a_refresh_token_revokes_its_grant(
+async def test_t29_revoking_a_refresh_token_revokes_its_grant(
     http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
@@ -101,7 +101,7 @@ async def test_row29_revoking_a_refresh_token_revokes_its_grant(
     assert (await introspect(http, resource_server, issued["access_token"]))["active"] is False
 
 
-async def test_row1_a_replayed_code_makes_the_first_access_token_inactive(
+async def test_t1_a_replayed_code_makes_the_first_access_token_inactive(
     http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]

@@ -1,4 +1,4 @@
-"""The SSRF-safe fetcher (attacks.md row 21, AS-14): special-use addresses are refused after
+"""The SSRF-safe fetcher (docs/security.md T21, AS-14): special-use addresses are refused after
 DNS resolution and before any connection; the checked address is the one connected to."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _zone(network: Network) -> None:
 
 
 @pytest.mark.parametrize(("url", "reason"), SSRF_TABLE)
-def test_row21_special_use_addresses_are_refused_without_connecting(
+def test_t21_special_use_addresses_are_refused_without_connecting(
     network: Network, url: str, reason: str
 ) -> None:
     _zone(network)
@@ -132,7 +132,7 @@ def test_row21_special_use_addresses_are_refused_without_connecting(
         ("https:///client.json", "no host"),
     ],
 )
-def test_row21_non_https_urls_are_refused_before_resolving_or_connecting(
+def test_t21_non_https_urls_are_refused_before_resolving_or_connecting(
     network: Network, url: str, message: str
 ) -> None:
     _zone(network)
@@ -142,7 +142,7 @@ def test_row21_non_https_urls_are_refused_before_resolving_or_connecting(
     assert network.connects == []
 
 
-def test_row21_the_address_checked_is_the_address_connected_to_so_rebinding_fails(
+def test_t21_the_address_checked_is_the_address_connected_to_so_rebinding_fails(
     network: Network,
 ) -> None:
     # a rebinding resolver: public on the first answer, loopback on every later one
@@ -153,7 +153,7 @@ def test_row21_the_address_checked_is_the_address_connected_to_so_rebinding_fail
     assert network.connects == [("93.184.216.34", 443)]
 
 
-def test_row21_every_resolved_address_is_tried_in_order_after_all_pass(network: Network) -> None:
+def test_t21_every_resolved_address_is_tried_in_order_after_all_pass(network: Network) -> None:
     network.dns["dual.example"] = [["2606:4700::1111", "93.184.216.34"]]
     with pytest.raises(FetchError, match="cannot connect"):
         SafeFetcher().get("https://dual.example:8443/client.json")
@@ -189,13 +189,13 @@ def test_as18_denied_hosts_are_never_fetched_even_when_allow_listed(
     assert network.connects == []
 
 
-def test_row21_unresolvable_names_fail_with_the_resolver_message(network: Network) -> None:
+def test_t21_unresolvable_names_fail_with_the_resolver_message(network: Network) -> None:
     with pytest.raises(FetchError, match=r"cannot resolve nowhere\.invalid"):
         SafeFetcher().get("https://nowhere.invalid/client.json")
     assert network.connects == []
 
 
-def test_row21_a_hanging_resolver_counts_against_the_total_timeout(
+def test_t21_a_hanging_resolver_counts_against_the_total_timeout(
     network: Network, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release = threading.Event()
@@ -219,7 +219,7 @@ def test_row21_a_hanging_resolver_counts_against_the_total_timeout(
     "address",
     ["8.8.8.8", "93.184.216.34", "2606:4700::1111", "::ffff:8.8.8.8", "2002:808:808::1"],
 )
-def test_row21_public_unicast_addresses_are_allowed(address: str) -> None:
+def test_t21_public_unicast_addresses_are_allowed(address: str) -> None:
     assert forbidden_reason(ipaddress.ip_address(address)) is None
 
 
@@ -252,7 +252,7 @@ def _pending_connections(sock: socket.socket) -> int:
         "http://127.0.0.1:{port}/client.json",
     ],
 )
-def test_row21_a_loopback_listener_never_sees_a_connection(
+def test_t21_a_loopback_listener_never_sees_a_connection(
     listener: socket.socket, template: str
 ) -> None:
     url = template.format(port=listener.getsockname()[1])
@@ -262,7 +262,7 @@ def test_row21_a_loopback_listener_never_sees_a_connection(
 
 
 @pytest.mark.e2e
-def test_row21_the_same_listener_is_reached_once_allow_listed(listener: socket.socket) -> None:
+def test_t21_the_same_listener_is_reached_once_allow_listed(listener: socket.socket) -> None:
     url = f"https://127.0.0.1:{listener.getsockname()[1]}/client.json"
     with pytest.raises(FetchError, match=r"within 0\.3 s"):  # accepted, never answered
         SafeFetcher(allow_hosts=["127.0.0.1"], timeout=0.3).get(url)

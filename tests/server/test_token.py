@@ -1,6 +1,6 @@
 """The token endpoint: single-use codes bound to client, redirect URI, PKCE and resource;
 rotating refresh tokens whose reuse kills the family; RFC 9068 access tokens; client
-authentication (attacks.md rows 1-5, 13, 14, 18, 19, 23, 28; AS-05, AS-24, AS-25)."""
+authentication (docs/security.md T1-T5, T13, T14, T18, T19, T23, T28; AS-05, AS-24, AS-25)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ async def test_code_exchange_returns_an_rfc9068_token_for_the_resource(
     code, verifier = await get_code(http, public_client["client_id"])
     response = await redeem(http, public_client["client_id"], code, verifier)
     assert response.status_code == 200
-    assert response.headers["cache-control"] == "no-store"  # row 28
+    assert response.headers["cache-control"] == "no-store"  # T28
     body = response.json()
     assert body["token_type"] == "Bearer"
     assert body["expires_in"] == 600
@@ -116,10 +116,10 @@ async def test_code_exchange_returns_an_rfc9068_token_for_the_resource(
     assert claims["exp"] - claims["iat"] == 600
     assert claims["sub"] != "alice"
     assert len(claims["sub"]) == 32  # opaque, never the username
-    assert len(body["refresh_token"]) >= 43  # row 18: 256 random bits
+    assert len(body["refresh_token"]) >= 43  # T18: 256 random bits
 
 
-async def test_row1_a_replayed_code_is_refused_and_revokes_the_grant(
+async def test_t1_a_replayed_code_is_refused_and_revokes_the_grant(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
@@ -134,7 +134,7 @@ async def test_row1_a_replayed_code_is_refused_and_revokes_the_grant(
     assert after.json()["error"] == "invalid_grant"
 
 
-async def test_row1_concurrent_redemptions_have_exactly_one_winner(
+async def test_t1_concurrent_redemptions_have_exactly_one_winner(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
@@ -143,7 +143,7 @@ async def test_row1_concurrent_redemptions_have_exactly_one_winner(
     assert sorted(r.status_code for r in responses) == [200] + [400] * 9
 
 
-async def test_row2_a_code_is_bound_to_its_client(
+async def test_t2_a_code_is_bound_to_its_client(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     other = await register_public_client(http)
@@ -153,7 +153,7 @@ async def test_row2_a_code_is_bound_to_its_client(
     assert stolen.json()["error"] == "invalid_grant"
 
 
-async def test_row3_an_expired_code_is_refused(
+async def test_t3_an_expired_code_is_refused(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
@@ -179,7 +179,7 @@ async def test_row3_an_expired_code_is_refused(
         ({"code": None}, "invalid_request"),
     ],
 )
-async def test_rows4_5_14_code_bindings_are_checked(
+async def test_t4_5_14_code_bindings_are_checked(
     http: httpx.AsyncClient,
     public_client: dict[str, Any],
     changes: dict[str, str | None],
@@ -204,7 +204,7 @@ async def test_resource_may_be_omitted_at_the_token_endpoint(
     assert claims_of(seeded, response.json()["access_token"])["aud"] == RESOURCE
 
 
-async def test_row13_refresh_rotates_and_reuse_kills_the_family(
+async def test_t13_refresh_rotates_and_reuse_kills_the_family(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
@@ -221,7 +221,7 @@ async def test_row13_refresh_rotates_and_reuse_kills_the_family(
     assert killed.json()["error"] == "invalid_grant"
 
 
-async def test_row13_concurrent_refreshes_have_at_most_one_winner(
+async def test_t13_concurrent_refreshes_have_at_most_one_winner(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     first = await tokens(http, public_client)
@@ -231,7 +231,7 @@ async def test_row13_concurrent_refreshes_have_at_most_one_winner(
     assert [r.status_code for r in responses].count(200) == 1
 
 
-async def test_row13_scope_may_narrow_but_never_widen(
+async def test_t13_scope_may_narrow_but_never_widen(
     http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
@@ -246,7 +246,7 @@ async def test_row13_scope_may_narrow_but_never_widen(
     assert again.json()["scope"] == "mcp:tools mcp:admin"  # the refresh token kept the grant
 
 
-async def test_row13_another_clients_refresh_token_is_invalid_grant(
+async def test_t13_another_clients_refresh_token_is_invalid_grant(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     other = await register_public_client(http)
@@ -255,7 +255,7 @@ async def test_row13_another_clients_refresh_token_is_invalid_grant(
     assert response.json()["error"] == "invalid_grant"
 
 
-async def test_row14_refresh_for_another_resource_is_invalid_target(
+async def test_t14_refresh_for_another_resource_is_invalid_target(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     first = await tokens(http, public_client)
@@ -298,7 +298,7 @@ async def test_no_refresh_token_for_clients_that_did_not_ask_for_one(
         ({}, "invalid_request"),
     ],
 )
-async def test_row23_unsupported_grants_are_refused(
+async def test_t23_unsupported_grants_are_refused(
     http: httpx.AsyncClient, public_client: dict[str, Any], form: dict[str, str], error: str
 ) -> None:
     response = await http.post("/token", data={"client_id": public_client["client_id"], **form})
@@ -312,7 +312,7 @@ async def test_token_requests_must_be_form_encoded(http: httpx.AsyncClient) -> N
     assert response.json()["error"] == "invalid_request"
 
 
-async def test_row27_a_repeated_token_parameter_is_invalid_request(
+async def test_t27_a_repeated_token_parameter_is_invalid_request(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     body = (
@@ -385,7 +385,7 @@ async def test_two_authentication_methods_at_once_are_invalid_request(
     assert response.json()["error"] == "invalid_request"
 
 
-async def test_row19_repeated_bad_secrets_are_throttled_with_retry_after(
+async def test_t19_repeated_bad_secrets_are_throttled_with_retry_after(
     http: httpx.AsyncClient, confidential: dict[str, Any]
 ) -> None:
     cid, secret = confidential["client_id"], confidential["client_secret"]

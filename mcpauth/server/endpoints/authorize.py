@@ -1,6 +1,6 @@
 """The authorization endpoint (OAuth 2.1 §4.1.1): validates the request, then hands the user to
 the interaction pages. Until the client and its redirect URI are known good, errors render a
-page and never redirect (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2; attacks.md row 7)."""
+page and never redirect (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2; docs/security.md T7)."""
 
 from __future__ import annotations
 

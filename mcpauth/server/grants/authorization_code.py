@@ -1,6 +1,6 @@
 """The authorization_code grant (OAuth 2.1 §4.1.3): one redemption per code, decided by the
-database; a replayed code revokes every token of its grant (OAuth 2.1 §4.1.3, attacks.md
-row 1); the code is bound to client, redirect URI, PKCE challenge and resource."""
+database; a replayed code revokes every token of its grant (OAuth 2.1 §4.1.3, docs/security.md
+T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
 
 from __future__ import annotations
 

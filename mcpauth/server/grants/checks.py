@@ -23,7 +23,7 @@ MAX_SCOPES = 50
 
 
 def check_code_challenge(challenge: str | None, method: str | None) -> str:
-    """PKCE is required for every client, S256 only (OAuth 2.1 §4.1.1, MCP; attacks.md row 4).
+    """PKCE is required for every client, S256 only (OAuth 2.1 §4.1.1, MCP; docs/security.md T4).
 
     Raises:
         InvalidRequest: missing, not S256, or malformed.

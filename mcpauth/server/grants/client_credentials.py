@@ -1,5 +1,5 @@
 """The client_credentials grant (OAuth 2.1 §4.2) for pre-registered confidential clients: no
-user, ``sub`` is the client and ``gty`` says so (attacks.md row 22); scopes limited to the
+user, ``sub`` is the client and ``gty`` says so (docs/security.md T22); scopes limited to the
 client's allowed scopes; the resource validated as in the code flow."""
 
 from __future__ import annotations

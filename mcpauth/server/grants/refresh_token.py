@@ -1,5 +1,5 @@
 """The refresh_token grant (OAuth 2.1 §4.3): every use rotates the token; presenting a rotated
-token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; attacks.md row 13);
+token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; docs/security.md T13);
 scopes may narrow, never widen; the resource stays the grant's."""
 
 from __future__ import annotations
