@@ -19,12 +19,16 @@ from mcpauth.server.assertions import (
 from mcpauth.server.context import ServerContext
 from mcpauth.server.directory import requests_from
 from mcpauth.server.observability import audit
-from mcpauth.server.secrets import matches
+from mcpauth.server.secrets import digest, matches
 from mcpauth.server.storage.models import Client
 
 SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
+# Failures are counted per (client, address) and per address, never per client alone: an
+# outsider naming a client from many addresses slows only itself. Machine secrets have full
+# entropy, so a guess spread over many addresses is hopeless and needs no per-client lock.
 SECRET_FAILURES = throttle.Limit(failures=20, window=900, lockout=60)
+ADDRESS_FAILURES = throttle.Limit(failures=100, window=900, lockout=60)
 
 
 @dataclass(frozen=True)
@@ -94,16 +98,20 @@ def answerable_from_memory(
 
 
 def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
-    return (f"client:{credentials.client_id}", f"client-ip:{address}")
+    """(client at this address, this address): the client id is digested, so a name the
+    requester chose never makes a long key."""
+    named = digest(credentials.client_id)[:32]
+    return (f"client-at:{named}:{address}", f"client-ip:{address}")
 
 
 def record_failure(
     session: Session, credentials: PresentedCredentials, *, now: int, address: str
 ) -> None:
-    """Count a failed secret or assertion for the client and the address."""
+    """Count a failed secret or assertion for the client at this address and the address."""
     if credentials.method != "none":
-        for key in _keys(credentials, address):
-            throttle.record_failure(session, key, now, SECRET_FAILURES)
+        at_address, address_key = _keys(credentials, address)
+        throttle.record_failure(session, at_address, now, SECRET_FAILURES)
+        throttle.record_failure(session, address_key, now, ADDRESS_FAILURES)
 
 
 def authenticate(

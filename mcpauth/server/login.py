@@ -15,6 +15,7 @@ from mcpauth.server.context import ServerContext
 from mcpauth.server.html import error_page, render
 from mcpauth.server.observability import audit
 from mcpauth.server.passwords import verify_password
+from mcpauth.server.secrets import digest
 from mcpauth.server.session import BrowserSession, csrf_valid, sign_in
 from mcpauth.server.storage.accounts import user_by_name
 from mcpauth.server.threads import run_blocking
@@ -61,6 +62,14 @@ def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
 def client_ip(request: Request) -> str:
     # uvicorn rewrites request.client from X-Forwarded-For only for configured trusted proxies
     return request.client.host if request.client else "unknown"
+
+
+def account_key(username: str, address: str) -> str:
+    """The failure counter of one account tried from one address. Counting per (account,
+    address) and per address, never per account alone, follows Auth0's brute-force protection:
+    a guesser is slowed, while an outsider cannot lock the real user out from other addresses
+    (argon2id keeps every guess expensive, and the address limit caps a spread-out attack)."""
+    return f"login:at:{digest(username.lower())[:32]}:{address}"
 
 
 def _limits(ctx: ServerContext) -> tuple[throttle.Limit, throttle.Limit]:
@@ -127,7 +136,7 @@ async def attempt_login(
     password = fields.get("password", "")
     if not username or not password or len(password) > MAX_PASSWORD or len(username) > 200:
         return LoginOutcome(error="Enter your username and password.", username=username[:200])
-    keys = (f"login:account:{username.lower()}", f"login:ip:{client_ip(request)}")
+    keys = (account_key(username, client_ip(request)), f"login:ip:{client_ip(request)}")
     locked = await run_blocking(_locked, ctx, keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)

@@ -4,8 +4,9 @@ shared table at most once a second (one transaction for all keys), reading back 
 the other replicas wrote. A replica therefore learns of the others' traffic within about a
 second, and the limit holds to within one second of traffic per replica.
 
-Keys are the client address, and the client id where a request names one in Basic
-credentials. Over the limit: 429 with ``Retry-After``."""
+Keys are the client address, counted for every request, and the client named in Basic
+credentials, counted only once the request succeeded (the credentials were right): an outsider
+naming a client cannot spend its budget. Over either limit: 429 with ``Retry-After``."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpauth.errors import TooManyRequests
 from mcpauth.server._authlib import basic_credentials
 from mcpauth.server.http import error_response
+from mcpauth.server.secrets import digest
 from mcpauth.server.storage.models import RateCounter
 from mcpauth.server.threads import run_blocking
 
@@ -54,6 +56,14 @@ class SharedCounters:
                 count = pending[slot] = pending.get(slot, 0) + 1
                 highest = max(highest, known.get(slot, 0) + count)
         return highest
+
+    def current(self, slots: list[Slot]) -> int:
+        """The highest current estimate of the slots' totals, counting nothing."""
+        with self._lock:
+            return max(
+                (self._known.get(slot, 0) + self._pending.get(slot, 0) for slot in slots),
+                default=0,
+            )
 
     def due(self, now: float) -> bool:
         return now - self.synced_at >= SYNC_SECONDS or len(self._pending) > MAX_PENDING_KEYS
@@ -129,15 +139,14 @@ class RateLimitMiddleware:
             return "login", self.login
         return None
 
-    def _keys(self, scope: Scope, name: str) -> list[str]:
+    def _keys(self, scope: Scope, name: str) -> tuple[str, str | None]:
+        """The address's key and the key of the client the Basic credentials name (if any)."""
         client = scope.get("client")
-        keys = [f"rate:{name}:ip:{client[0] if client else 'unknown'}"]
+        address = f"rate:{name}:ip:{client[0] if client else 'unknown'}"
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         authorization = raw.decode("latin-1")
         basic = basic_credentials(authorization) if authorization[:6].lower() == "basic " else None
-        if basic is not None:
-            keys.append(f"rate:{name}:client:{basic[0][:200]}")
-        return keys
+        return address, (f"rate:{name}:client:{digest(basic[0])[:32]}" if basic else None)
 
     async def _sync(self, now: float, slots: list[Slot]) -> None:
         self._syncing = True
@@ -154,13 +163,28 @@ class RateLimitMiddleware:
         name, rate = found
         now = self.clock()
         start = int(now) - int(now) % rate.window
-        slots = [(key, start) for key in self._keys(scope, name)]
+        address, named = self._keys(scope, name)
+        client_slot = [(named, start)] if named else []
         if not self._syncing and self.counters.due(now):
-            await self._sync(now, slots)
-        if self.counters.hit(slots) > rate.limit:
+            await self._sync(now, [(address, start), *client_slot])
+        over = self.counters.hit([(address, start)]) > rate.limit
+        if over or (client_slot and self.counters.current(client_slot) >= rate.limit):
             wait = max(1, start + rate.window - int(now))
             await error_response(TooManyRequests("Too many requests", retry_after=wait))(
                 scope, receive, send
             )
             return
-        await self.app(scope, receive, send)
+        if not client_slot:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if status < 400:  # the named client authenticated: its budget counts this request
+            self.counters.hit(client_slot)

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from mcpauth import jwt
+from mcpauth.server.login import account_key
 from mcpauth.server.storage.database import make_engine
 
 from ..oauth import forms, pkce_pair, query
@@ -360,7 +361,8 @@ def test_concurrent_failed_logins_across_replicas_are_all_counted(
     try:
         with engine.connect() as conn:
             failures = conn.execute(
-                text("SELECT failures FROM throttles WHERE key = 'login:account:dave'")
+                text("SELECT failures FROM throttles WHERE key = :key"),
+                {"key": account_key("dave", "127.0.0.1")},
             ).scalar()
     finally:
         engine.dispose()
