@@ -200,3 +200,35 @@ def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
     report = json.loads(done.stdout)
     assert report["skipped"] is False
     assert set(report["pruned"]) >= {"authorization_codes", "interactions", "refresh_tokens"}
+
+
+def test_two_replicas_prune_at_once_without_errors_or_double_work(
+    make_settings: Callable[..., Settings],
+) -> None:
+    import threading
+
+    first = create_app(make_settings())
+    second = create_app(make_settings())  # another replica on the same database
+    ctx = first.state.mcpauth
+    with ctx.db.write() as session:
+        for index in range(2500):
+            session.add(Interaction(id=f"old-{index}", request={}, created_at=0, expires_at=1))
+    results: list[dict[str, int] | None] = []
+    errors: list[BaseException] = []
+
+    def run(app: Starlette) -> None:
+        try:
+            other = app.state.mcpauth
+            results.append(pruning.prune(other.db, other.settings, other.now()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(app,)) for app in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    done = [r for r in results if r is not None]
+    assert sum(r["interactions"] for r in done) == 2500  # every row deleted exactly once
+    assert count(first, Interaction) == 0
