@@ -68,6 +68,11 @@ class Settings(BaseModel):
     prune_interval: int = Field(default=300, ge=0)
     """Seconds between two runs of the pruner that deletes expired state (0: never in `serve`;
     `mcpauth db prune` does it on demand)."""
+    self_registered_client_unused_ttl: int = Field(default=86400, ge=60)
+    """Seconds after which a client registered by dynamic registration or a metadata document
+    that never obtained a grant is deleted by the pruner (admin-registered clients never)."""
+    self_registered_client_idle_ttl: int = Field(default=90 * 86400, ge=60)
+    """Seconds without any use of its grants after which a self-registered client is deleted."""
     key_rotation_delay: int = Field(default=0, ge=0)
     """Seconds a rotated-in key is published before it signs."""
     registration_policy: RegistrationPolicy = "open"

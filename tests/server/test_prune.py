@@ -232,3 +232,32 @@ def test_two_replicas_prune_at_once_without_errors_or_double_work(
     done = [r for r in results if r is not None]
     assert sum(r["interactions"] for r in done) == 2500  # every row deleted exactly once
     assert count(first, Interaction) == 0
+
+
+async def test_self_registered_clients_expire_when_unused_and_admin_clients_never(
+    short_app: Starlette,
+) -> None:
+    from mcpauth.server.storage.models import Client
+
+    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    with freeze_time("2027-03-01 00:00:00") as clock:
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+            for _ in range(300):  # a flood of registrations nobody uses
+                await register_public_client(http)
+            used = await register_public_client(http)
+            issued = await tokens(http, used, scope="mcp:tools offline_access")
+            admin.add_client(
+                short_app.state.mcpauth, name="ops", redirect_uris=["https://o.example/cb"]
+            )
+            assert count(short_app, Client) == 302
+            clock.tick(DAY + 60)  # past self_registered_client_unused_ttl (a day)
+            assert (
+                await refresh(http, used["client_id"], issued["refresh_token"])
+            ).status_code == 200
+            assert run_pruner(short_app)["clients"] == 300
+            assert count(short_app, Client) == 2  # the used one and the admin's
+            clock.tick(91 * DAY)  # past self_registered_client_idle_ttl: unused since
+            assert run_pruner(short_app)["clients"] == 1
+            assert count(short_app, Client) == 1  # the admin's never expires
+            assert count(short_app, Grant) == 0
+            assert count(short_app, RefreshToken) == 0

@@ -10,7 +10,11 @@ What is dead:
   detection keeps working until then), then those grants;
 - revoked access-token ids and used assertion ids after their expiry;
 - rate counters and throttle rows after their window (and any lock) has passed;
-- consents whose client or user is gone.
+- consents whose client or user is gone;
+- self-registered clients (dynamic registration, metadata documents) older than
+  ``self_registered_client_unused_ttl`` with no grant used within
+  ``self_registered_client_idle_ttl`` (admin-registered clients never expire), then their
+  grants and refresh tokens.
 """
 
 from __future__ import annotations
@@ -71,6 +75,20 @@ def _dead_grant(settings: Settings, now: int) -> ColumnElement[bool]:
     return or_(
         GRANTS.c.revoked_at.is_not(None),
         GRANTS.c.created_at + settings.refresh_token_ttl < now,
+        ~exists().where(CLIENTS.c.client_id == GRANTS.c.client_id),
+    )
+
+
+def _unused_client(settings: Settings, now: int) -> ColumnElement[bool]:
+    used_lately = exists().where(
+        GRANTS.c.client_id == CLIENTS.c.client_id,
+        GRANTS.c.revoked_at.is_(None),
+        GRANTS.c.last_used_at + settings.self_registered_client_idle_ttl >= now,
+    )
+    return and_(
+        CLIENTS.c.source.in_(("dcr", "cimd")),
+        CLIENTS.c.created_at + settings.self_registered_client_unused_ttl < now,
+        ~used_lately,
     )
 
 
@@ -84,6 +102,7 @@ class Rule:
 
 
 RULES = (
+    Rule("clients", CLIENTS, _unused_client),  # first: their grants die in the same run
     Rule(
         "authorization_codes",
         CODES,
