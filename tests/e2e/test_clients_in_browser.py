@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import secrets
 import signal
 import subprocess
@@ -103,7 +104,22 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
         }
         with person_in_chromium("demo", demo_password(demo)) as person:
             trip = person.authorize(f"{demo.issuer}/authorize?{urlencode(params)}")
-        callback = listener.wait(1)
+            callback = listener.wait(1)
+            # the code is good for exactly this client, verifier and resource
+            redeemed = httpx.post(
+                f"{demo.issuer}/token",
+                data={
+                    "grant_type": "authorization_code",
+                    "code": callback["code"],
+                    "redirect_uri": listener.redirect_uri,
+                    "client_id": client_id,
+                    "code_verifier": verifier,
+                    "resource": demo.resource,
+                },
+                timeout=10,
+            )
+            # the same browser lists the application on /account and revokes it
+            notice = person.call(lambda someone: _revoke_on_account(someone, demo.issuer))
     finally:
         listener.close()
 
@@ -115,21 +131,30 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
     assert callback["state"] == state
     assert callback["iss"] == demo.issuer  # RFC 9207 §2
     assert callback == trip.callback
-    # the code is good for exactly this client, verifier and resource
-    redeemed = httpx.post(
+    assert redeemed.status_code == 200, redeemed.text
+    assert claims(redeemed.json()["access_token"])["sub"] == demo_user_id(demo)
+    assert notice == "Access for mcpauth e2e: loopback public client was revoked."
+    refreshed = httpx.post(
         f"{demo.issuer}/token",
         data={
-            "grant_type": "authorization_code",
-            "code": callback["code"],
-            "redirect_uri": listener.redirect_uri,
+            "grant_type": "refresh_token",
+            "refresh_token": redeemed.json()["refresh_token"],
             "client_id": client_id,
-            "code_verifier": verifier,
-            "resource": demo.resource,
         },
         timeout=10,
     )
-    assert redeemed.status_code == 200, redeemed.text
-    assert claims(redeemed.json()["access_token"])["sub"] == demo_user_id(demo)
+    assert refreshed.json()["error"] == "invalid_grant"  # the grant died with the revocation
+
+
+def _revoke_on_account(person: Any, issuer: str) -> str:
+    """Open /account in the person's browser, revoke the loopback client, return the notice."""
+    page = person.context.new_page()
+    page.goto(f"{issuer}/account")
+    page.get_by_role("link", name=re.compile("Revoke access for mcpauth e2e")).click()
+    page.get_by_role("button", name="Revoke access").click()
+    notice = str(page.get_by_role("status").inner_text())
+    page.close()
+    return notice
 
 
 # --------------------------------------------------------------------------------------------
