@@ -4,6 +4,7 @@ metadata, scope policy and the ``mcpauth proxy`` reverse proxy.
 Imports nothing from ``mcpauth.server``, Authlib or SQLModel.
 """
 
+from mcpauth.middleware.adapters import ForSDK, FromSDK
 from mcpauth.middleware.identity import TokenUser, current_token, verified_token
 from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
@@ -24,6 +25,8 @@ from mcpauth.middleware.verifier import (
 )
 
 __all__ = [
+    "ForSDK",
+    "FromSDK",
     "IdentityHeaders",
     "IntrospectionVerifier",
     "JWKSCache",

@@ -43,6 +43,7 @@ from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, bearer_token
 from mcpauth.middleware._cache import TokenCache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._sessions import SessionBindings
+from mcpauth.middleware.adapters import verified_from
 from mcpauth.middleware.jwks import JWKSCache
 from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, ScopeSpec, parse_jsonrpc
 from mcpauth.middleware.resource_metadata import (
@@ -219,7 +220,8 @@ class ProtectedResourceMiddleware:
             return cached
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
         try:
-            verified = await self.verifier.verify_token(raw)
+            # an SDK-style verifier (AccessToken | None) is adapted, never a 500
+            verified = verified_from(await self.verifier.verify_token(raw), self.resource)
         except TemporarilyUnavailable as exc:
             # The 503 body stays plain whatever the verifier wrote: no internal URLs.
             logger.warning("cannot verify a token right now: %s", exc.description)
