@@ -4,6 +4,7 @@
     ├── ConfigurationError            bad settings, refused at start-up
     └── OAuthError                    carries an RFC error code, an HTTP status and a description
         ├── InvalidRequest            RFC 6749 §4.1.2.1 / §5.2
+        │   └── PayloadTooLarge       413: a body past the limit, refused unread
         ├── InvalidClient             401, RFC 6749 §5.2
         ├── InvalidGrant
         ├── UnauthorizedClient
@@ -60,6 +61,10 @@ class OAuthError(MCPAuthError):
 
 class InvalidRequest(OAuthError):
     error = "invalid_request"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status_code = 413
 
 
 class InvalidClient(OAuthError):

@@ -109,6 +109,31 @@ def well_known_url(identifier: str, suffix: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{suffix}{path}", "", ""))
 
 
+def authorization_server_metadata_urls(issuer: str) -> list[str]:
+    """Where an authorization server's metadata may be, in the order MCP clients try them:
+    RFC 8414 §3.1 and OpenID Connect Discovery by path insertion, then OIDC's path-appended
+    form for an issuer with a path."""
+    urls = [
+        well_known_url(issuer, "oauth-authorization-server"),
+        well_known_url(issuer, "openid-configuration"),
+    ]
+    if path_of(issuer):
+        urls.append(issuer.rstrip("/") + "/.well-known/openid-configuration")
+    return urls
+
+
+def secure_or_loopback(url: str) -> bool:
+    """True for an https URL with a host, or a plain http one on a loopback host (RFC 8252
+    §7.3, RFC 9700 §2.6); False for anything else, malformed URLs included."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return False
+    scheme = parts.scheme.lower()
+    return (scheme == "https" and bool(host)) or (scheme == "http" and is_loopback_host(host))
+
+
 def well_known_path(identifier: str, suffix: str) -> str:
     """The path part of :func:`well_known_url`."""
     return urlsplit(well_known_url(identifier, suffix)).path

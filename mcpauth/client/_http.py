@@ -6,12 +6,11 @@ flow itself never touches a socket and tests can step it by hand.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 MCP_PROTOCOL_VERSION = "2025-11-25"
 _JSON = "application/json"
@@ -77,9 +76,3 @@ def post_form(
 def post_json(url: str, document: Mapping[str, Any]) -> HTTPRequest:
     headers = {"content-type": _JSON, "accept": _JSON}
     return HTTPRequest("POST", url, headers, json.dumps(document).encode())
-
-
-def basic_authorization(client_id: str, client_secret: str) -> str:
-    """``Basic`` credentials, each part form-urlencoded first (RFC 6749 §2.3.1)."""
-    raw = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}"
-    return "Basic " + base64.b64encode(raw.encode()).decode()

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcpauth import jwt as jose
-from mcpauth.client._http import basic_authorization
 from mcpauth.client.errors import RegistrationError
+from mcpauth.oauth import CLIENT_ASSERTION_TYPE, basic_authorization
 
-JWT_BEARER_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ASSERTION_LIFETIME = 60  # seconds; RFC 7523 §3: short-lived
 
 
@@ -101,7 +100,7 @@ def authenticate(
         }
     if method == "private_key_jwt":
         # RFC 7523 §2.2: the assertion identifies the client; client_id in the body is optional.
-        form["client_assertion_type"] = JWT_BEARER_ASSERTION
+        form["client_assertion_type"] = CLIENT_ASSERTION_TYPE
         form["client_assertion"] = client_assertion(credentials, audience, now=now)
         return {}
     form["client_id"] = credentials.client_id

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -21,7 +20,15 @@ from mcpauth.client._http import HTTPRequest, HTTPResponse, get
 from mcpauth.client.challenge import BearerChallenge
 from mcpauth.client.errors import DiscoveryError, IssuerMismatch, ResourceMismatch, UnsafeURL
 from mcpauth.metadata import AuthorizationServerMetadata, ProtectedResourceMetadata
-from mcpauth.uris import URIError, canonical_resource, is_loopback_host, origin, path_of
+from mcpauth.uris import (
+    URIError,
+    authorization_server_metadata_urls,
+    canonical_resource,
+    origin,
+    path_of,
+    secure_or_loopback,
+    well_known_url,
+)
 
 Exchange = Generator[HTTPRequest, HTTPResponse, Any]
 ServerSelector = Callable[[list[str]], str]
@@ -69,10 +76,7 @@ def check_url(url: str, what: str) -> str:
     Raises:
         UnsafeURL: any other scheme (``javascript:``, ``file:``...) or plain http elsewhere.
     """
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and is_loopback_host(parts.hostname):
+    if secure_or_loopback(url):
         return url
     raise UnsafeURL(f"refusing {what} {url!r}: only https (or http on loopback) is allowed")
 
@@ -82,24 +86,12 @@ def prm_urls(server_url: str, resource_metadata: str | None) -> list[str]:
     urls = [resource_metadata] if resource_metadata else []
     path = path_of(server_url)
     if path:
-        urls.append(f"{origin(server_url)}/.well-known/{PRM_SUFFIX}{path}")
-    urls.append(f"{origin(server_url)}/.well-known/{PRM_SUFFIX}")
+        urls.append(well_known_url(server_url, PRM_SUFFIX))  # RFC 9728 §3.1 path insertion
+    urls.append(well_known_url(origin(server_url), PRM_SUFFIX))
     return urls
 
 
-def metadata_urls(issuer: str) -> list[str]:
-    """RFC 8414 and OIDC discovery URLs for ``issuer`` in the MCP order (CL-04)."""
-    base, path = origin(issuer), path_of(issuer)
-    if not path:
-        return [
-            f"{base}/.well-known/oauth-authorization-server",
-            f"{base}/.well-known/openid-configuration",
-        ]
-    return [
-        f"{base}/.well-known/oauth-authorization-server{path}",
-        f"{base}/.well-known/openid-configuration{path}",
-        f"{base}{path}/.well-known/openid-configuration",
-    ]
+metadata_urls = authorization_server_metadata_urls  # RFC 8414 and OIDC, the MCP order (CL-04)
 
 
 def resource_matches(resource: str, server_url: str) -> bool:

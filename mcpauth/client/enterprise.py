@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass, field
 
-from mcpauth.client._http import HTTPRequest, HTTPResponse, basic_authorization, post_form
+from mcpauth.client._http import HTTPRequest, HTTPResponse, post_form
 from mcpauth.client.errors import TokenRequestFailed
+from mcpauth.oauth import TOKEN_EXCHANGE, basic_authorization
 
-TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 SAML2_TYPE = "urn:ietf:params:oauth:token-type:saml2"
@@ -35,7 +35,7 @@ def token_exchange_request(
 ) -> HTTPRequest:
     """RFC 8693 §2.1 request for an ID-JAG; ``audience`` is the MCP authorization server."""
     form = {
-        "grant_type": TOKEN_EXCHANGE_GRANT,
+        "grant_type": TOKEN_EXCHANGE,
         "requested_token_type": ID_JAG_TYPE,
         "audience": audience,
         "resource": resource,

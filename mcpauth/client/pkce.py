@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import secrets
 from dataclasses import dataclass
 
 from mcpauth.client.errors import PKCENotSupported
 from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.oauth import s256
 
 
 def _b64url(raw: bytes) -> str:
@@ -28,11 +28,6 @@ class PKCE:
         # RFC 7636 §4.1: 43..128 characters; 32 random bytes give 43.
         verifier = _b64url(secrets.token_bytes(48))
         return cls(verifier, s256(verifier))
-
-
-def s256(verifier: str) -> str:
-    """``BASE64URL(SHA256(ascii(verifier)))`` (RFC 7636 §4.2)."""
-    return _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
 
 
 def new_state() -> str:

@@ -16,9 +16,8 @@ from mcpauth.client._http import HTTPRequest, HTTPResponse, post_json
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.errors import RegistrationError
 from mcpauth.metadata import AuthorizationServerMetadata, ClientInformation, ClientMetadata
+from mcpauth.oauth import SECRET_METHODS
 from mcpauth.uris import is_loopback_host
-
-_SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def choose_auth_method(metadata: AuthorizationServerMetadata) -> str:
     """``none`` when allowed (a public native client), else a secret method the AS accepts."""
     # RFC 8414 §2: omitted means client_secret_basic only.
     supported = metadata.token_endpoint_auth_methods_supported or ["client_secret_basic"]
-    for method in ("none", *_SECRET_METHODS):
+    for method in ("none", *SECRET_METHODS):
         if method in supported:
             return method
     return "none"
@@ -121,7 +120,7 @@ def parse_registration_response(response: HTTPResponse, issuer: str) -> ClientCr
     method = info.token_endpoint_auth_method or (
         "client_secret_basic" if info.client_secret else "none"
     )
-    if method in _SECRET_METHODS and not info.client_secret:
+    if method in SECRET_METHODS and not info.client_secret:
         method = "none"
     return ClientCredentials(
         client_id=info.client_id,

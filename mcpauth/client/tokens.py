@@ -10,8 +10,7 @@ from mcpauth.client._http import HTTPRequest, HTTPResponse, post_form
 from mcpauth.client.credentials import ClientCredentials, authenticate
 from mcpauth.client.errors import TokenRequestFailed
 from mcpauth.metadata import AuthorizationServerMetadata
-
-JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+from mcpauth.oauth import JWT_BEARER
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def client_credentials_form(*, resource: str, scope: str | None) -> dict[str, st
 
 
 def jwt_bearer_form(assertion: str, *, resource: str, scope: str | None) -> dict[str, str]:
-    form = {"grant_type": JWT_BEARER_GRANT, "assertion": assertion, "resource": resource}
+    form = {"grant_type": JWT_BEARER, "assertion": assertion, "resource": resource}
     if scope:
         form["scope"] = scope
     return form

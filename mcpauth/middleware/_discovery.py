@@ -9,7 +9,6 @@ import math
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -17,7 +16,7 @@ from pydantic import ValidationError
 
 from mcpauth.errors import ConfigurationError, TemporarilyUnavailable
 from mcpauth.metadata import AuthorizationServerMetadata
-from mcpauth.uris import is_loopback_host, path_of, well_known_url
+from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 
@@ -26,15 +25,7 @@ class FetchError(TemporarilyUnavailable):
     """A metadata or key document could not be fetched or parsed."""
 
 
-def metadata_urls(issuer: str) -> list[str]:
-    """The discovery URLs for ``issuer`` in the order MCP clients try them (CL-04)."""
-    urls = [
-        well_known_url(issuer, "oauth-authorization-server"),
-        well_known_url(issuer, "openid-configuration"),
-    ]
-    if path_of(issuer):
-        urls.append(issuer.rstrip("/") + "/.well-known/openid-configuration")
-    return urls
+metadata_urls = authorization_server_metadata_urls  # the discovery order (CL-04)
 
 
 def check_fetch_url(url: str) -> str:
@@ -43,10 +34,7 @@ def check_fetch_url(url: str) -> str:
     Raises:
         ConfigurationError: any other URL.
     """
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and is_loopback_host(parts.hostname):
+    if secure_or_loopback(url):
         return url
     raise ConfigurationError(f"refusing to fetch {url!r}: https is required")
 

@@ -9,12 +9,10 @@ window get 503 with ``Retry-After`` at once (:class:`~mcpauth.middleware._discov
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -27,16 +25,11 @@ from mcpauth.middleware._discovery import (
     unavailable,
 )
 from mcpauth.middleware.verifier import VerifiedToken, parse_scope
+from mcpauth.oauth import basic_authorization
 
 __all__ = ["IntrospectionVerifier"]
 
 logger = logging.getLogger("mcpauth.middleware")
-
-
-def basic_credentials(client_id: str, client_secret: str) -> str:
-    """``Authorization: Basic`` value with RFC 6749 §2.3.1 form-encoding of both parts."""
-    pair = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}"
-    return "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def _audiences(value: Any) -> list[str]:
@@ -78,7 +71,7 @@ class IntrospectionVerifier:
         self.http = http
         self.cache_seconds = cache_seconds
         self.leeway = leeway
-        self._authorization = basic_credentials(client_id, client_secret)
+        self._authorization = basic_authorization(client_id, client_secret)
         self._gate = FetchGate(
             backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
         )

@@ -24,7 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 import httpx
 from starlette.authentication import BaseUser
 
-from mcpauth.errors import InsufficientScope, InvalidRequest, OAuthError, TemporarilyUnavailable
+from mcpauth.errors import (
+    InsufficientScope,
+    InvalidRequest,
+    OAuthError,
+    PayloadTooLarge,
+    TemporarilyUnavailable,
+)
 from mcpauth.middleware import identity
 from mcpauth.middleware._asgi import (
     ASGIApp,
@@ -240,14 +246,14 @@ class ProtectedResourceMiddleware:
             return self.policy.required, receive
         length = first_header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            raise _PayloadTooLarge("The request body is too large")
+            raise PayloadTooLarge("The request body is too large")
         encoding = first_header(scope, b"content-encoding")
         if encoding is not None and encoding.strip().lower() != "identity":
             raise InvalidRequest("Encoded request bodies are not accepted")
         try:
             body = await read_body(receive, self.max_body_bytes)
         except BodyTooLarge:
-            raise _PayloadTooLarge("The request body is too large") from None
+            raise PayloadTooLarge("The request body is too large") from None
         try:
             messages = parse_jsonrpc(body)
         except MalformedRequest:
@@ -384,10 +390,6 @@ def _websocket_denial(scope: Scope, send: Send) -> Send:
             await send({"type": "websocket.close", "code": 1008})
 
     return deny_with_close
-
-
-class _PayloadTooLarge(InvalidRequest):
-    status_code = 413
 
 
 def _is_preflight(scope: Scope) -> bool:

@@ -17,7 +17,6 @@ from mcpauth.server.context import ServerContext
 from mcpauth.server.observability import audit
 from mcpauth.server.storage.models import Client, UsedAssertion
 
-CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 MAX_LIFETIME = 300  # seconds an assertion may still be valid for when presented
 SIGNING_ALGS = (
     "ES256",

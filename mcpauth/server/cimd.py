@@ -237,10 +237,6 @@ class MetadataCache:
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
-    def discard(self, url: str) -> None:
-        with self._lock:
-            self._entries.pop(url, None)
-
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from sqlmodel import Session
 
 from mcpauth.errors import InvalidClient, InvalidRequest, TooManyRequests
+from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
 from mcpauth.server import throttle
-from mcpauth.server._authlib import basic_credentials
 from mcpauth.server.assertions import (
-    CLIENT_ASSERTION_TYPE,
     unverified_subject,
     verify_client_assertion,
 )
@@ -22,7 +21,6 @@ from mcpauth.server.observability import audit
 from mcpauth.server.secrets import digest, matches
 from mcpauth.server.storage.models import Client
 
-SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
 # Failures are counted per (client, address) and per address, never per client alone: an
 # outsider naming a client from many addresses slows only itself. Machine secrets have full
@@ -65,7 +63,7 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
             raise InvalidRequest("Use exactly one client authentication method")
         return _assertion_credentials(form)
     if authorization and uses_basic:
-        basic = basic_credentials(authorization)
+        basic = parse_basic_authorization(authorization)
         if basic is None:
             raise InvalidClient("The Basic authorization header is malformed", headers=CHALLENGE)
         if body_secret is not None:

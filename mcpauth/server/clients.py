@@ -7,13 +7,14 @@ import secrets as _random
 from typing import Any
 from urllib.parse import quote
 
+from mcpauth import oauth
 from mcpauth.server.context import ServerContext
 from mcpauth.server.registration import ValidatedClient
 from mcpauth.server.secrets import digest, new_token
 from mcpauth.server.storage.models import Client
 
 # Token endpoint client authentication methods this server implements (RFC 8414 order).
-AUTH_METHODS = ("client_secret_basic", "client_secret_post", "private_key_jwt", "none")
+AUTH_METHODS = oauth.AUTH_METHODS
 
 
 def new_client_id() -> str:

@@ -150,10 +150,6 @@ class Settings(BaseModel):
     def is_https(self) -> bool:
         return self.issuer.startswith("https://")
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 _LIST_SETTINGS = {"trusted_proxies", "cimd_allow_hosts", "cimd_deny_hosts"}
 _BOOL_SETTINGS = {"offline_access", "cimd_enabled", "metrics"}

@@ -13,7 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from mcpauth.errors import InvalidRequest, OAuthError
+from mcpauth.errors import InvalidRequest, OAuthError, PayloadTooLarge
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
@@ -24,10 +24,6 @@ CORS_HEADERS = {
     "Access-Control-Max-Age": "86400",
 }
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-class PayloadTooLarge(InvalidRequest):
-    status_code = 413
 
 
 class UnsupportedMediaType(InvalidRequest):
@@ -87,11 +83,6 @@ def single_valued(pairs: list[tuple[str, str]]) -> dict[str, str]:
             raise InvalidRequest(f"The {name!r} parameter must not be repeated")
         params[name] = value
     return {k: v for k, v in params.items() if v != ""}
-
-
-def query_params(request: Request) -> dict[str, str]:
-    """Query parameters, single-valued (see :func:`single_valued`)."""
-    return single_valued(parse_qsl(request.url.query, keep_blank_values=True))
 
 
 def require_form(content_type: str) -> None:

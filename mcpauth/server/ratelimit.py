@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpauth.errors import TooManyRequests
-from mcpauth.server._authlib import basic_credentials
+from mcpauth.oauth import parse_basic_authorization
 from mcpauth.server.http import error_response
 from mcpauth.server.secrets import digest
 from mcpauth.server.storage.models import RateCounter
@@ -145,7 +145,7 @@ class RateLimitMiddleware:
         address = f"rate:{name}:ip:{client[0] if client else 'unknown'}"
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         authorization = raw.decode("latin-1")
-        basic = basic_credentials(authorization) if authorization[:6].lower() == "basic " else None
+        basic = parse_basic_authorization(authorization)
         return address, (f"rate:{name}:client:{digest(basic[0])[:32]}" if basic else None)
 
     async def _sync(self, now: float, slots: list[Slot]) -> None:

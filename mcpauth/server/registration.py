@@ -11,19 +11,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mcpauth.errors import InvalidClientMetadata
+from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
 from mcpauth.server.redirects import check_redirect_uri
 from mcpauth.uris import is_loopback_host
 
-AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post", "private_key_jwt")
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
-JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ADMIN_GRANTS = ("client_credentials", JWT_BEARER)
 _FORBIDDEN_GRANTS = {
     "implicit": "the implicit grant is removed in OAuth 2.1",
     "password": "the password grant must not be used (RFC 9700 §2.4)",
     "client_credentials": "client_credentials clients are pre-registered by an administrator",
 }
-_SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3 scope-token
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_REDIRECT_URIS = 20
 MAX_STRING = 200
@@ -44,10 +42,6 @@ class ValidatedClient:
     jwks: dict[str, Any] | None
     jwks_uri: str | None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_confidential(self) -> bool:
-        return self.token_endpoint_auth_method != "none"
 
     def document(self) -> dict[str, Any]:
         """The registered metadata as echoed in RFC 7591/7592 responses."""
@@ -150,7 +144,7 @@ def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
         return None
     scopes = value.split(" ")
     for scope in scopes:
-        if not _SCOPE_TOKEN.match(scope):
+        if not SCOPE_TOKEN.match(scope):
             raise InvalidClientMetadata("scope: must be space-separated scope tokens")
         if scope not in known:
             raise InvalidClientMetadata(f"scope: unknown scope {scope!r}")

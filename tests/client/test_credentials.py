@@ -11,11 +11,12 @@ import pytest
 
 from mcpauth import jwt as jose
 from mcpauth.client._flow import FlowConfig, OAuthFlow
-from mcpauth.client._http import HTTPRequest, HTTPResponse, basic_authorization
-from mcpauth.client.credentials import JWT_BEARER_ASSERTION, ClientCredentials, authenticate
+from mcpauth.client._http import HTTPRequest, HTTPResponse
+from mcpauth.client.credentials import ClientCredentials, authenticate
 from mcpauth.client.enterprise import ID_JAG_TYPE, IdentityAssertion, exchange_for_id_jag
 from mcpauth.client.errors import RegistrationError, TokenRequestFailed
 from mcpauth.client.storage import MemoryStorage
+from mcpauth.oauth import CLIENT_ASSERTION_TYPE, basic_authorization
 from tests.client.conftest import Driver, _SyncASGI, fake_driver
 from tests.client.fakes import FakeServers
 
@@ -51,7 +52,7 @@ def test_clx1_private_key_jwt_assertion_has_the_rfc7523_claims(alg: jose.Algorit
     )
     form: dict[str, str] = {}
     assert authenticate(creds, form, audience=AUDIENCE, now=1000.0) == {}
-    assert form["client_assertion_type"] == JWT_BEARER_ASSERTION
+    assert form["client_assertion_type"] == CLIENT_ASSERTION_TYPE
     assert "client_id" not in form  # RFC 7523 §2.2: the assertion identifies the client
     claims = pyjwt.decode(
         form["client_assertion"],

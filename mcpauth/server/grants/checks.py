@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import re
 from collections.abc import Iterable
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
+from mcpauth.oauth import SCOPE_TOKEN, s256
 from mcpauth.server.resources import Resources
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.uris import URIError, canonical_resource
@@ -17,7 +16,6 @@ from mcpauth.uris import URIError, canonical_resource
 S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # RFC 7636 §4.1: code_verifier = 43*128unreserved
 CODE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
-SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
 OFFLINE_ACCESS = "offline_access"
 MAX_SCOPES = 50
 
@@ -35,11 +33,6 @@ def check_code_challenge(challenge: str | None, method: str | None) -> str:
     if not S256_CHALLENGE.match(challenge):
         raise InvalidRequest("code_challenge must be 43 base64url characters (S256)")
     return challenge
-
-
-def s256(verifier: str) -> str:
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def check_code_verifier(verifier: str | None, challenge: str) -> None:

@@ -11,6 +11,7 @@ from sqlmodel import Session
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.assertions import record_jti
 from mcpauth.server.context import ServerContext
 from mcpauth.server.grants import checks
@@ -21,7 +22,7 @@ from mcpauth.server.storage.models import Client, User
 from mcpauth.server.tokens import Issuance, access_token_claims
 from mcpauth.uris import URIError, canonical_resource
 
-GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+GRANT = JWT_BEARER
 ID_JAG_TYPE = "oauth-id-jag+jwt"
 REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
 

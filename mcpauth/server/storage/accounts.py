@@ -27,10 +27,6 @@ def get_resource(session: Session, uri: str) -> Resource | None:
     return session.get(Resource, uri)
 
 
-def default_resource(session: Session) -> Resource | None:
-    return session.exec(select(Resource).where(col(Resource.is_default).is_(True))).first()
-
-
 def list_resources(session: Session) -> list[Resource]:
     return list(session.exec(select(Resource).order_by(col(Resource.uri))))
 

@@ -1,0 +1,67 @@
+"""OAuth wire rules shared by the authorization server, the middleware and the client: each is
+written once here and imported (the same rule in two places drifts).
+
+- PKCE S256 (RFC 7636 §4.2), HTTP Basic client credentials both ways (RFC 6749 §2.3.1),
+- the scope-token grammar (RFC 6749 §3.3),
+- the names of client authentication methods, grant types and assertion types.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from urllib.parse import quote, unquote_plus
+
+__all__ = [
+    "AUTH_METHODS",
+    "CLIENT_ASSERTION_TYPE",
+    "JWT_BEARER",
+    "SCOPE_TOKEN",
+    "SECRET_METHODS",
+    "TOKEN_EXCHANGE",
+    "basic_authorization",
+    "parse_basic_authorization",
+    "s256",
+]
+
+# RFC 7591 §2 token_endpoint_auth_method values mcpauth speaks
+SECRET_METHODS = ("client_secret_basic", "client_secret_post")
+AUTH_METHODS = (*SECRET_METHODS, "private_key_jwt", "none")
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693 §2.1
+CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"  # RFC 7523 §2.2
+SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
+
+
+def s256(verifier: str) -> str:
+    """``BASE64URL(SHA256(ASCII(code_verifier)))`` (RFC 7636 §4.2)."""
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def basic_authorization(client_id: str, client_secret: str) -> str:
+    """The ``Authorization: Basic`` value, each part form-urlencoded first (RFC 6749 §2.3.1)."""
+    pair = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def parse_basic_authorization(header: str | None) -> tuple[str, str] | None:
+    """``(client_id, client_secret)`` from an ``Authorization: Basic`` value, each part
+    form-urldecoded (RFC 6749 §2.3.1); None when the header is not well-formed Basic (another
+    scheme, not base64, not UTF-8, no colon, an empty client id)."""
+    if not header:
+        return None
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    client_id, colon, secret = decoded.partition(":")
+    if not colon:
+        return None
+    client_id, secret = unquote_plus(client_id), unquote_plus(secret)
+    return (client_id, secret) if client_id else None
