@@ -69,7 +69,7 @@ def error_redirect(
     otherwise a page the user leaves by a link (no silent redirect to an untrusted URI)."""
     params = {
         "error": error.error,
-        "error_description": error.description or None,
+        "error_description": error.to_dict().get("error_description"),
         "state": state,
         "iss": ctx.settings.issuer,  # RFC 9207 §2: on error responses too
     }

@@ -24,6 +24,7 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.grants import checks
 from mcpauth.server.html import error_page
 from mcpauth.server.http import media_type, read_body
+from mcpauth.server.limits import MAX_STATE_LENGTH
 from mcpauth.server.redirects import redirect_uri_matches
 from mcpauth.server.secrets import new_id
 from mcpauth.server.session import load_session, save_session
@@ -60,6 +61,11 @@ def _client_and_redirect(
 ) -> tuple[Client, str]:
     if {"client_id", "redirect_uri"} & repeated:
         raise Unredirectable("invalid_request", "client_id and redirect_uri must not be repeated")
+    if len(params.get("state", "")) > MAX_STATE_LENGTH:
+        # too large to echo safely in a redirect: shown on a page instead
+        raise Unredirectable(
+            "invalid_request", f"state must not be longer than {MAX_STATE_LENGTH} characters"
+        )
     client_id = params.get("client_id")
     if not client_id:
         raise Unredirectable("invalid_request", "The client_id parameter is missing")
