@@ -13,7 +13,7 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
         return None
     try:
         client_id, secret = extract_basic_authorization({"Authorization": authorization})
-    except UnicodeDecodeError:  # credentials that are not UTF-8
+    except ValueError:  # "Basic " with no credentials, bad base64, credentials not UTF-8
         return None
     if not isinstance(client_id, str) or not isinstance(secret, str) or not client_id:
         return None
