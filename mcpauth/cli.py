@@ -14,6 +14,10 @@ from mcpauth.errors import MCPAuthError
 Handler = Callable[[argparse.Namespace], int]
 
 
+class CommandError(MCPAuthError):
+    """Bad input to an admin command (a file, stdin); printed as one line, exit status 2."""
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database", metavar="URL", help="database URL (MCPAUTH_DATABASE_URL)")
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (MCPAUTH_CONFIG)")
@@ -63,9 +67,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _read_password(args: argparse.Namespace) -> str:
+    """The new user's password, from stdin (``--password-stdin``) or the terminal.
+
+    Raises:
+        CommandError: stdin is not UTF-8 text.
+    """
     if args.password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
+        line = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else None
+        try:
+            text = line.decode("utf-8") if line is not None else sys.stdin.readline()
+        except UnicodeDecodeError as exc:
+            raise CommandError("the password on stdin is not valid UTF-8") from exc
+        return text.rstrip("\r\n")
     return getpass.getpass(f"Password for {args.name}: ")
+
+
+def _read_jwks(path: str) -> Any:
+    """The JSON Web Key Set in ``path`` (parsed like every request document).
+
+    Raises:
+        CommandError: the file cannot be read or is not a JSON document.
+    """
+    from mcpauth.server.http import loads_strict
+
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise CommandError(f"cannot read --jwks-file {path!r}: {exc.strerror}") from exc
+    try:
+        return loads_strict(content)
+    except (ValueError, RecursionError) as exc:
+        raise CommandError(f"--jwks-file {path!r} is not valid JSON: {exc}") from exc
 
 
 def cmd_users(args: argparse.Namespace) -> int:
@@ -104,16 +137,11 @@ def cmd_resources(args: argparse.Namespace) -> int:
 
 
 def cmd_clients(args: argparse.Namespace) -> int:
-    import json
-
     from mcpauth.server import admin
 
     ctx = _admin(args)
     if args.action == "add":
-        jwks = None
-        if args.jwks_file:
-            with open(args.jwks_file) as handle:
-                jwks = json.load(handle)
+        jwks = _read_jwks(args.jwks_file) if args.jwks_file else None
         _print(
             admin.add_client(
                 ctx,

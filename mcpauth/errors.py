@@ -22,12 +22,38 @@
         └── TooManyRequests           429 with Retry-After
 
 Every OAuth error renders itself as the RFC's JSON body (``to_dict``); the HTTP layer of each
-part decides how to send it.
+part decides how to send it. That rendering is the one place an ``error_description`` is made
+wire-safe (:func:`wire_description`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
+
+# RFC 6749 §5.2 / §4.1.2.1: error_description is %x20-21 / %x23-5B / %x5D-7E
+_OUTSIDE_DESCRIPTION_SET = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
+_SUBSTITUTES = {
+    "\u00a7": "section ",
+    '"': "'",
+    "\\": "/",
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201c": "'",
+    "\u201d": "'",
+    "\u2013": "-",
+    "\u2014": "-",
+    "\u2026": "...",
+    "\u2192": "->",
+    "\t": " ",
+}
+
+
+def wire_description(text: str) -> str:
+    """``text`` restricted to the characters RFC 6749 §5.2 allows in ``error_description``:
+    quotes, backslashes, controls and non-ASCII characters (an echoed value may hold any) are
+    replaced, common typography by its ASCII look-alike and anything else by ``?``."""
+    return _OUTSIDE_DESCRIPTION_SET.sub(lambda m: _SUBSTITUTES.get(m.group(), "?"), text)
 
 
 class MCPAuthError(Exception):
@@ -52,7 +78,7 @@ class OAuthError(MCPAuthError):
     def to_dict(self) -> dict[str, str]:
         body = {"error": self.error}
         if self.description:
-            body["error_description"] = self.description
+            body["error_description"] = wire_description(self.description)
         return body
 
     def __repr__(self) -> str:

@@ -1,12 +1,19 @@
-"""URI rules shared by every part: canonical resource URIs (RFC 8707), loopback hosts,
-issuer checks (RFC 8414 §2) and well-known URL building by path insertion (RFC 8414 §3.1,
-RFC 9728 §3.1)."""
+"""URI rules shared by every part: the one URL parser (:func:`parse_url`), canonical resource
+URIs (RFC 8707), loopback hosts, issuer checks (RFC 8414 §2) and well-known URL building by path
+insertion (RFC 8414 §3.1, RFC 9728 §3.1).
+
+Every URL that arrives from outside is split by :func:`parse_url`: ``urlsplit`` raises
+``ValueError`` on a broken IPv6 literal, ``.port`` on a bad port and the IDNA codec a
+``UnicodeError`` on a bad A-label, each of which would otherwise surface as a 500. The parser
+turns all of them into one :class:`MalformedURL` that each endpoint maps to its error code."""
 
 from __future__ import annotations
 
 import functools
 import ipaddress
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+import idna
 
 from mcpauth.errors import ConfigurationError
 
@@ -15,6 +22,42 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 class URIError(ValueError):
     """A URI breaks one of the rules below; the message says which."""
+
+
+class MalformedURL(URIError):
+    """A URL cannot be parsed at all: a broken IPv6 literal, a bad port, an invalid IDNA host."""
+
+
+def parse_url(url: str) -> SplitResult:
+    """Split ``url`` (RFC 3986 §3) so that reading ``.hostname`` and ``.port`` of the result
+    cannot raise, and an internationalised host is valid IDNA (RFC 5891), as the HTTP client
+    that may later fetch it requires.
+
+    Raises:
+        MalformedURL: ``url`` is not a string, or any part of it cannot be parsed.
+    """
+    if not isinstance(url, str):
+        raise MalformedURL("a URL must be a string")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a malformed or out-of-range port
+        host = parts.hostname
+        if host and ":" not in host and (not host.isascii() or "xn--" in host):
+            idna.encode(host)  # UnicodeError subclass on an invalid U-label or A-label
+    except (ValueError, UnicodeError, IndexError, TypeError) as exc:
+        raise MalformedURL(f"malformed URL: {_reason(exc)}") from exc
+    return parts
+
+
+def _reason(exc: Exception) -> str:
+    """A short, printable reason (no input echoed back)."""
+    if isinstance(exc, UnicodeError):
+        return "the host is not a valid internationalised domain name"
+    if "port" in str(exc).lower():
+        return "the port is not a number between 0 and 65535"
+    if "ipv6" in str(exc).lower():
+        return "the IPv6 address literal is not closed with ']'"
+    return "it cannot be parsed"
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -54,7 +97,10 @@ def _canonical(uri: str) -> str:
     Raises:
         URIError: not an absolute http(s) URI, or it has a fragment or userinfo.
     """
-    parts = urlsplit(uri)
+    try:
+        parts = parse_url(uri)
+    except MalformedURL as exc:
+        raise URIError(f"resource is a {exc}") from exc
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
         raise URIError("resource must be an absolute http or https URI")
@@ -62,10 +108,7 @@ def _canonical(uri: str) -> str:
         raise URIError("resource must not contain a fragment")
     if parts.username is not None or parts.password is not None:
         raise URIError("resource must not contain userinfo")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise URIError("resource has an invalid port") from exc
+    port = parts.port
     host = parts.hostname.lower()
     if ":" in host:
         host = f"[{host}]"
@@ -84,7 +127,10 @@ def check_issuer(issuer: str) -> str:
     Raises:
         ConfigurationError: the issuer breaks one of the rules.
     """
-    parts = urlsplit(issuer)
+    try:
+        parts = parse_url(issuer)
+    except MalformedURL as exc:
+        raise ConfigurationError(f"issuer is a {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(f"issuer must be an absolute https URL, got {issuer!r}")
     if parts.query or "?" in issuer:
@@ -104,7 +150,7 @@ def well_known_url(identifier: str, suffix: str) -> str:
     ``https://a/tenant1`` + ``oauth-authorization-server`` →
     ``https://a/.well-known/oauth-authorization-server/tenant1``. A lone trailing slash is dropped.
     """
-    parts = urlsplit(identifier)
+    parts = parse_url(identifier)
     path = parts.path.rstrip("/") if parts.path != "/" else ""
     return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{suffix}{path}", "", ""))
 
@@ -136,16 +182,16 @@ def secure_or_loopback(url: str) -> bool:
 
 def well_known_path(identifier: str, suffix: str) -> str:
     """The path part of :func:`well_known_url`."""
-    return urlsplit(well_known_url(identifier, suffix)).path
+    return parse_url(well_known_url(identifier, suffix)).path
 
 
 def origin(url: str) -> str:
     """``scheme://host[:port]`` of a URL."""
-    parts = urlsplit(url)
+    parts = parse_url(url)
     return f"{parts.scheme}://{parts.netloc}"
 
 
 def path_of(url: str) -> str:
     """The path of a URL with no trailing slash ("" for the root)."""
-    path = urlsplit(url).path
+    path = parse_url(url).path
     return "" if path in ("", "/") else path.rstrip("/")

@@ -69,4 +69,4 @@ def test_a_missing_jwks_file_is_one_line_naming_it(tmp_path: Path) -> None:
     args = ["clients", "add", "--name", "bot", "--grant-type", "client_credentials"]
     args += ["--auth-method", "private_key_jwt", "--jwks-file", str(missing), "--database", url]
     line = one_line_error(args, tmp_path)
-    assert line == f"mcpauth: No such file or directory: {missing}"
+    assert line == f"mcpauth: cannot read --jwks-file '{missing}': No such file or directory"

@@ -70,3 +70,37 @@ def test_canonical_forms_are_memoised_for_short_uris_only() -> None:
     assert canonical_resource(long) == long
     info = uris._canonical_memo.cache_info()
     assert (info.hits, info.currsize) == (1, 1)  # the long one was never stored
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "http://[::1/cb",
+        "https://[::1",
+        "https://[x/y",
+        "https://[x]/y",
+        "https://xn--zz.example/x",
+        "https://\u2603.example/x",
+        "http://a.example:99999/",
+        "http://a.example:port/",
+        "http://a.example:-1/",
+    ],
+)
+def test_parse_url_turns_every_parse_and_idna_error_into_malformed_url(bad: str) -> None:
+    with pytest.raises(uris.MalformedURL):
+        uris.parse_url(bad)
+
+
+@pytest.mark.parametrize(
+    "good", ["https://b\u00fccher.example/x", "https://xn--bcher-kva.example/x", "http://[::1]:8/"]
+)
+def test_parse_url_accepts_valid_idna_and_ipv6_hosts(good: str) -> None:
+    parts = uris.parse_url(good)
+    assert parts.hostname
+    assert parts.port in (None, 8)
+
+
+@pytest.mark.parametrize("bad", ["http://[::1/mcp", "https://xn--zz.example/mcp"])
+def test_canonical_resource_refuses_malformed_urls_with_uri_error(bad: str) -> None:
+    with pytest.raises(URIError):
+        canonical_resource(bad)

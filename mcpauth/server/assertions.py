@@ -102,7 +102,9 @@ def verify_client_assertion(
     if claims["sub"] != client.client_id:
         raise InvalidClient("Client assertion sub must equal the client_id (RFC 7523 §3)")
     aud = claims["aud"]
-    named = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+    # RFC 7519 §4.1.3: a string or an array of strings; anything else names nobody
+    listed = aud if isinstance(aud, list) else [aud]
+    named = {value for value in listed if isinstance(value, str)}
     if not named & audiences(ctx, endpoint):
         raise InvalidClient("Client assertion aud must name this authorization server")
     now = ctx.now()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from starlette.responses import RedirectResponse, Response
 
@@ -15,6 +15,7 @@ from mcpauth.server.html import SECURITY_HEADERS, error_page
 from mcpauth.server.secrets import digest, new_id, new_token
 from mcpauth.server.storage import grants
 from mcpauth.server.storage.models import AuthorizationCode, Client, Grant, Interaction
+from mcpauth.uris import parse_url
 
 
 @dataclass
@@ -46,7 +47,7 @@ def is_trusted(client: Client) -> bool:
 
 def redirect_url(redirect_uri: str, params: dict[str, str | None]) -> str:
     query = urlencode({k: v for k, v in params.items() if v is not None})
-    separator = "&" if urlsplit(redirect_uri).query else "?"
+    separator = "&" if parse_url(redirect_uri).query else "?"
     return f"{redirect_uri}{separator}{query}"
 
 
@@ -68,7 +69,7 @@ def error_redirect(
     otherwise a page the user leaves by a link (no silent redirect to an untrusted URI)."""
     params = {
         "error": error.error,
-        "error_description": error.description or None,
+        "error_description": error.to_dict().get("error_description"),
         "state": state,
         "iss": ctx.settings.issuer,  # RFC 9207 §2: on error responses too
     }
@@ -79,7 +80,7 @@ def error_redirect(
         error.error,
         error.description,
         continue_url=url,
-        continue_host=urlsplit(redirect_uri).netloc,
+        continue_host=parse_url(redirect_uri).netloc,
     )
 
 

@@ -15,6 +15,7 @@ from mcpauth.server.assertions import (
     unverified_subject,
     verify_client_assertion,
 )
+from mcpauth.server.clients import find_client
 from mcpauth.server.context import ServerContext
 from mcpauth.server.directory import requests_from
 from mcpauth.server.observability import audit
@@ -127,7 +128,7 @@ def authenticate(
         wait = ctx.lockouts.retry_after(keys, now)
         if wait:
             raise TooManyRequests("Too many failed client authentications", retry_after=wait)
-    client = ctx.clients.find(ctx.db, credentials.client_id)
+    client = find_client(ctx, credentials.client_id)
     method_ok = client is not None and client.token_endpoint_auth_method == credentials.method
     if credentials.method in ("none", "private_key_jwt"):  # the assertion is checked after
         if method_ok and client is not None:

@@ -8,10 +8,13 @@ from typing import Any
 from urllib.parse import quote
 
 from mcpauth import oauth
+from mcpauth.errors import InvalidClient
+from mcpauth.server.cimd import is_cimd_client_id
 from mcpauth.server.context import ServerContext
 from mcpauth.server.registration import ValidatedClient
 from mcpauth.server.secrets import digest, new_token
 from mcpauth.server.storage.models import Client
+from mcpauth.uris import MalformedURL, parse_url
 
 # Token endpoint client authentication methods this server implements (RFC 8414 order).
 AUTH_METHODS = oauth.AUTH_METHODS
@@ -20,6 +23,20 @@ AUTH_METHODS = oauth.AUTH_METHODS
 def new_client_id() -> str:
     # Never starts with "https://", so it cannot be mistaken for a CIMD URL (AS-32).
     return _random.token_urlsafe(18)
+
+
+def find_client(ctx: ServerContext, client_id: str) -> Client | None:
+    """The client named ``client_id`` (a metadata document URL is resolved), for every endpoint.
+
+    Raises:
+        InvalidClient: the ``client_id`` URL cannot be parsed, or its document cannot be used.
+    """
+    if is_cimd_client_id(client_id):
+        try:
+            parse_url(client_id)
+        except MalformedURL as exc:
+            raise InvalidClient(f"The client_id is a {exc}") from exc
+    return ctx.clients.find(ctx.db, client_id)
 
 
 def configuration_uri(ctx: ServerContext, client_id: str) -> str:

@@ -13,7 +13,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from mcpauth.errors import InvalidRequest, OAuthError, PayloadTooLarge
+from mcpauth.errors import InvalidClientMetadata, InvalidRequest, OAuthError, PayloadTooLarge
+from mcpauth.server.limits import MAX_REGISTRATION_BYTES
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
@@ -28,6 +29,35 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 class UnsupportedMediaType(InvalidRequest):
     status_code = 415
+
+
+class MetadataTooLarge(InvalidClientMetadata):
+    status_code = 413
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        names = [name for name, _ in pairs]
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise ValueError(f"the member {repeated!r} appears more than once")
+    return members
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(data: bytes | str) -> Any:
+    """Parse JSON (RFC 8259) strictly: a repeated member name in any object (RFC 8259 §4
+    leaves it undefined; RFC 7591 metadata must be unambiguous) and the non-JSON constants
+    ``NaN``/``Infinity`` are refused.
+
+    Raises:
+        ValueError: not valid JSON (also invalid UTF-8), or a rule above is broken.
+        RecursionError: nested too deeply.
+    """
+    return json.loads(data, object_pairs_hook=_unique_members, parse_constant=_refuse_constant)
 
 
 async def receive_body(receive: Receive, declared_length: str | None, limit: int) -> bytes:
@@ -118,19 +148,46 @@ async def form_params(request: Request, limit: int) -> dict[str, str]:
     return parse_form(await read_body(request, limit))
 
 
-async def json_body(request: Request, limit: int, error: type[OAuthError]) -> Any:
-    """A JSON body; malformed, too deep or of the wrong type → ``error``.
+async def json_body(
+    request: Request,
+    limit: int,
+    error: type[OAuthError],
+    *,
+    too_large: type[OAuthError] = PayloadTooLarge,
+) -> Any:
+    """A JSON body (:func:`loads_strict`); malformed, too deep, with a repeated member or of the
+    wrong type → ``error``; past ``limit`` bytes → ``too_large``.
 
     Raises:
-        OAuthError: ``error`` or PayloadTooLarge.
+        OAuthError: ``error`` or ``too_large``.
     """
     if media_type(request) != "application/json":
         raise error("The request body must be application/json")
-    body = await read_body(request, limit)
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise error("The request body is not valid JSON") from exc
+        body = await read_body(request, limit)
+    except PayloadTooLarge as exc:
+        raise too_large(exc.description) from exc
+    try:
+        return loads_strict(body)
+    except RecursionError as exc:
+        raise error("The request body is nested too deeply") from exc
+    except ValueError as exc:
+        raise error(f"The request body is not valid JSON: {exc}") from exc
+
+
+async def client_metadata_body(request: Request, limit: int) -> Any:
+    """An RFC 7591 registration or RFC 7592 update body, at most
+    :data:`~mcpauth.server.limits.MAX_REGISTRATION_BYTES` (413 ``invalid_client_metadata``).
+
+    Raises:
+        InvalidClientMetadata: not JSON, or too large (then with status 413).
+    """
+    return await json_body(
+        request,
+        min(limit, MAX_REGISTRATION_BYTES),
+        InvalidClientMetadata,
+        too_large=MetadataTooLarge,
+    )
 
 
 def json_response(

@@ -43,15 +43,41 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9._:/@+,\-]+")
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators: each could end a line
+_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\\]")
+
+
+def _escape(text: str) -> str:
+    """``text`` with backslashes and every line-breaking or control character escaped."""
+    return _BREAKING.sub(lambda m: json.dumps(m.group())[1:-1], text)
+
+
+def text_value(value: object) -> str:
+    """A value as it appears after ``key=``: bare if it is plain, otherwise a JSON string, so
+    no value can hold a space, an ``=``, a quote or a line break that forges another field or
+    another event."""
+    text = str(value)
+    return text if _PLAIN.fullmatch(text) else json.dumps(text)
+
+
 class TextFormatter(logging.Formatter):
+    """``level [request id] logger: message key=value ...``, one event per line: the message
+    is escaped and every value quoted unless plain (see :func:`text_value`); a traceback follows
+    on continuation lines that all start with ``  | ``."""
+
     def format(self, record: logging.LogRecord) -> str:
         level = record.levelname.lower()
-        text = f"{level} [{request_id_var.get()}] {record.name}: {record.getMessage()}"
+        message = _escape(record.getMessage())
+        text = f"{level} [{request_id_var.get()}] {record.name}: {message}"
         fields = getattr(record, "audit", None)
         if isinstance(fields, dict):
-            text += " " + " ".join(f"{k}={v}" for k, v in fields.items() if k != "event")
+            text += "".join(
+                f" {text_value(k)}={text_value(v)}" for k, v in fields.items() if k != "event"
+            )
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            lines = self.formatException(record.exc_info).splitlines()
+            text += "".join(f"\n  | {_escape(line)}" for line in lines)
         return text
 
 

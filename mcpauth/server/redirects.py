@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult
 
 from mcpauth.errors import InvalidRedirectUri
-from mcpauth.uris import is_loopback_host
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 MAX_URI_LENGTH = 2000
 _FORBIDDEN_SCHEMES = frozenset(
@@ -36,7 +36,10 @@ def check_redirect_uri(uri: object, *, application_type: str, field: str = "redi
         raise InvalidRedirectUri(f"{field}: must not contain a fragment")
     if "*" in uri:
         raise InvalidRedirectUri(f"{field}: wildcards are not allowed")
-    parts = urlsplit(uri)
+    try:
+        parts = parse_url(uri)
+    except MalformedURL as exc:
+        raise InvalidRedirectUri(f"{field}: {exc}") from exc
     scheme = parts.scheme.lower()
     if not scheme:
         raise InvalidRedirectUri(f"{field}: must be an absolute URI")
@@ -60,10 +63,6 @@ def _check_web_uri(parts: SplitResult, field: str) -> None:
         raise InvalidRedirectUri(f"{field}: must name a host")
     if "@" in parts.netloc:
         raise InvalidRedirectUri(f"{field}: must not contain userinfo")
-    try:
-        parts.port  # noqa: B018 - raises on a malformed port
-    except ValueError as exc:
-        raise InvalidRedirectUri(f"{field}: has an invalid port") from exc
     # RFC 9700 §2.6: plain http only for loopback (native apps, RFC 8252 §7.3)
     if parts.scheme.lower() == "http" and not is_loopback_host(parts.hostname):
         raise InvalidRedirectUri(f"{field}: http is allowed only for loopback hosts; use https")
@@ -97,7 +96,15 @@ def redirect_uri_matches(requested: str, registered: Iterable[str]) -> bool:
     return any(_without_loopback_port(uri) == portless for uri in registered)
 
 
+def host_of(uri: str) -> str | None:
+    """The host of ``uri``; None if it has none or cannot be parsed."""
+    try:
+        return parse_url(uri).hostname
+    except MalformedURL:
+        return None
+
+
 def all_loopback(uris: Iterable[str]) -> bool:
-    """True if every URI is an http(s) URI on a loopback host (consent warns, AS-17)."""
+    """True if every URI is an http(s) URI on a loopback host (the consent page warns)."""
     uris = list(uris)
-    return bool(uris) and all(is_loopback_host(urlsplit(u).hostname) for u in uris)
+    return bool(uris) and all(is_loopback_host(host_of(u)) for u in uris)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
-from mcpauth.server.redirects import check_redirect_uri
-from mcpauth.uris import is_loopback_host
+from mcpauth.server.redirects import check_redirect_uri, host_of
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
 ADMIN_GRANTS = ("client_credentials", JWT_BEARER)
@@ -89,7 +88,10 @@ def _https_uri(raw: dict[str, Any], name: str) -> str | None:
     value = _string(raw, name, limit=2000)
     if value is None:
         return None
-    parts = urlsplit(value)
+    try:
+        parts = parse_url(value)
+    except MalformedURL as exc:
+        raise InvalidClientMetadata(f"{name}: {exc}") from exc
     if parts.scheme != "https" or not parts.hostname or "@" in parts.netloc or parts.fragment:
         raise InvalidClientMetadata(f"{name}: must be an https URL without userinfo or fragment")
     return value
@@ -129,7 +131,7 @@ def _application_type(raw: dict[str, Any], uris: list[str]) -> str:
         # private-use redirects are native apps (RFC 8252).
         native = all(
             not u.lower().startswith("https:")
-            and (not u.lower().startswith("http:") or is_loopback_host(urlsplit(u).hostname))
+            and (not u.lower().startswith("http:") or is_loopback_host(host_of(u)))
             for u in uris
         )
         return "native" if native and uris else "web"

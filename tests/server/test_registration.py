@@ -139,7 +139,7 @@ async def test_oversized_registration_body_is_refused(http: httpx.AsyncClient) -
     body = with_(client_name="x", software_id="y" * 100_000)
     response = await http.post("/register", json=body)
     assert response.status_code == 413
-    assert response.json()["error"] == "invalid_request"
+    assert response.json()["error"] == "invalid_client_metadata"  # RFC 7591 §3.2.2
 
 
 async def test_public_registration_round_trips_without_a_secret(

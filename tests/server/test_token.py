@@ -246,6 +246,29 @@ async def test_t13_scope_may_narrow_but_never_widen(
     assert again.json()["scope"] == "mcp:tools mcp:admin"  # the refresh token kept the grant
 
 
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ({"scope": "mcp:tools mcp:admin other:read"}, "invalid_scope"),
+        ({"scope": 'mcp:tools "quoted"'}, "invalid_scope"),
+        ({"resource": "http://127.0.0.1:8001/mcp"}, "invalid_target"),
+        ({"resource": "http://[::1/mcp"}, "invalid_target"),
+    ],
+)
+async def test_a_refused_refresh_keeps_the_refresh_token_usable(
+    http: httpx.AsyncClient, public_client: dict[str, Any], extra: dict[str, str], error: str
+) -> None:
+    cid = public_client["client_id"]
+    first = await tokens(http, public_client, scope="mcp:tools")
+    refused = await refresh(http, cid, first["refresh_token"], **extra)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == error
+    # OAuth 2.1 §4.3.1: only a successful refresh rotates; the retry is not reuse
+    retry = await refresh(http, cid, first["refresh_token"])
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["scope"] == "mcp:tools"
+
+
 async def test_t13_another_clients_refresh_token_is_invalid_grant(
     http: httpx.AsyncClient, public_client: dict[str, Any]
 ) -> None:

@@ -19,16 +19,19 @@ from mcpauth.errors import (
     UnsupportedResponseType,
 )
 from mcpauth.server.authorization import AuthorizationRequest, error_redirect, see_other
+from mcpauth.server.clients import find_client
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.directory import requests_from
 from mcpauth.server.grants import checks
 from mcpauth.server.html import error_page
 from mcpauth.server.http import media_type, read_body
+from mcpauth.server.limits import MAX_STATE_LENGTH
 from mcpauth.server.redirects import redirect_uri_matches
 from mcpauth.server.secrets import new_id
 from mcpauth.server.session import load_session, save_session
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
+from mcpauth.uris import MalformedURL, parse_url
 
 PROMPTS = frozenset({"none", "login", "consent"})
 
@@ -59,11 +62,16 @@ def _client_and_redirect(
 ) -> tuple[Client, str]:
     if {"client_id", "redirect_uri"} & repeated:
         raise Unredirectable("invalid_request", "client_id and redirect_uri must not be repeated")
+    if len(params.get("state", "")) > MAX_STATE_LENGTH:
+        # too large to echo safely in a redirect: shown on a page instead
+        raise Unredirectable(
+            "invalid_request", f"state must not be longer than {MAX_STATE_LENGTH} characters"
+        )
     client_id = params.get("client_id")
     if not client_id:
         raise Unredirectable("invalid_request", "The client_id parameter is missing")
     try:
-        client = ctx.clients.find(ctx.db, client_id)
+        client = find_client(ctx, client_id)
     except InvalidClient as exc:  # a metadata document that cannot be used (AS-14: abort)
         raise Unredirectable("invalid_client", exc.description) from exc
     if client is None:
@@ -71,6 +79,10 @@ def _client_and_redirect(
     redirect_uri = params.get("redirect_uri")
     if not redirect_uri:
         raise Unredirectable("invalid_request", "The redirect_uri parameter is missing")
+    try:
+        parse_url(redirect_uri)
+    except MalformedURL as exc:
+        raise Unredirectable("invalid_request", f"The redirect_uri is a {exc}") from exc
     # RFC 9700 §4.1.3: exact match (any port for loopback, RFC 8252 §7.3)
     if not redirect_uri_matches(redirect_uri, client.redirect_uris):
         raise Unredirectable(

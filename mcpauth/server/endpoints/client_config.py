@@ -12,7 +12,7 @@ from starlette.responses import Response
 from mcpauth.errors import InvalidClientMetadata, InvalidToken, OAuthError
 from mcpauth.server import clients
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.http import NO_STORE, error_response, json_body, json_response
+from mcpauth.server.http import NO_STORE, client_metadata_body, error_response, json_response
 from mcpauth.server.registration import validate_client_metadata
 from mcpauth.server.secrets import digest, matches, new_token
 from mcpauth.server.storage import grants
@@ -108,7 +108,7 @@ async def configure(request: Request) -> Response:
         if request.method == "GET":
             body = await run_blocking(_read, ctx, client_id, token)
         elif request.method == "PUT":
-            raw = await json_body(request, ctx.settings.max_body_bytes, InvalidClientMetadata)
+            raw = await client_metadata_body(request, ctx.settings.max_body_bytes)
             body = await run_blocking(_update, ctx, client_id, token, raw)
         else:
             await run_blocking(_delete, ctx, client_id, token)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.errors import InvalidClientMetadata, InvalidToken
+from mcpauth.errors import InvalidToken
 from mcpauth.server import clients
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.http import NO_STORE, json_body, json_response
+from mcpauth.server.http import NO_STORE, client_metadata_body, json_response
 from mcpauth.server.observability import audit
 from mcpauth.server.registration import ValidatedClient, validate_client_metadata
 from mcpauth.server.secrets import digest, matches
@@ -50,6 +50,6 @@ async def register(request: Request) -> Response:
     ctx = get_context(request)
     if ctx.settings.registration_policy == "token":
         _check_initial_access_token(ctx, request)
-    raw = await json_body(request, ctx.settings.max_body_bytes, InvalidClientMetadata)
+    raw = await client_metadata_body(request, ctx.settings.max_body_bytes)
     info = await run_blocking(_register, ctx, raw)
     return json_response(info, 201, headers=NO_STORE)

@@ -31,6 +31,13 @@ def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
     return scopes
 
 
+def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthError:
+    """A rotated token came back (OAuth 2.1 §4.3.1): the whole grant is revoked."""
+    grants.revoke_grant(conn, grant_id, now)
+    audit("replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant_id)
+    return InvalidGrant("The refresh token was already used; its grant is revoked")
+
+
 def _rotate(
     ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
 ) -> Issuance | OAuthError:
@@ -43,18 +50,18 @@ def _rotate(
     grant = grants.grant_by_id(conn, token.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    if token.rotated_at is not None or not grants.rotate_refresh_token(conn, token.digest, now):
-        grants.revoke_grant(conn, grant.id, now)  # reuse: the family dies
-        audit(
-            "replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant.id
-        )
-        return InvalidGrant("The refresh token was already used; its grant is revoked")
+    if token.rotated_at is not None:
+        return _reused(conn, client, grant.id, now)
     if token.expires_at <= now:
         return InvalidGrant("The refresh token has expired")
+    # Validate the whole request before rotating: a refused refresh (a wider scope, another
+    # resource) leaves the token usable, so the client's corrected retry is not taken for reuse.
     try:
         scopes = _requested(form, token)
     except OAuthError as error:
         return error
+    if not grants.rotate_refresh_token(conn, token.digest, now):
+        return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
     issuance = for_grant(ctx, grant, scopes, now)
     # RFC 6749 §6: the new refresh token keeps the original scope
     issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=token.scope, now=now)

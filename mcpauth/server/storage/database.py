@@ -7,6 +7,7 @@ lock upgrade); on PostgreSQL a plain transaction whose conditional UPDATEs decid
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -18,6 +19,22 @@ from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PRIVATE_FILE_MODE = 0o600  # the database holds digests, keys and users: owner only
+PRIVATE_DIR_MODE = 0o700
+
+
+def _create_private_file(path: Path) -> None:
+    """Create an SQLite database file (and its missing folders) readable by the owner only.
+
+    SQLite gives the ``-wal`` and ``-shm`` files it creates the mode of the database file, so
+    they are owner-only too. An existing file keeps the mode its administrator chose.
+    """
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)  # an empty file is a valid, empty SQLite database
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -39,8 +56,8 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     """An engine for ``url``; SQLite files get WAL, a busy timeout and their folder created."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if parsed.database and parsed.database != ":memory:" and "uri" not in parsed.query:
+            _create_private_file(Path(parsed.database).expanduser())
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},

@@ -1,0 +1,102 @@
+"""The admin commands (``mcpauth users|clients|resources ...``) answer bad input with one line
+on stderr and a non-zero exit status, never a traceback."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from mcpauth.cli import main
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> list[str]:
+    url = f"sqlite:///{tmp_path / 'admin.db'}"
+    assert main(["db", "upgrade", "--database", url]) == 0
+    return ["--database", url]
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mcpauth: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["resources", "add", "http://[::1/mcp"],
+        ["resources", "add", "https://xn--zz.example/mcp"],
+        ["resources", "remove", "https://[x/y"],
+        ["clients", "add", "--name", "n", "--redirect-uri", "http://[::1/cb"],
+        ["clients", "add", "--name", "n", "--redirect-uri", "https://a:99999/cb"],
+        [
+            "clients",
+            "add",
+            "--name",
+            "n",
+            "--grant-type",
+            "client_credentials",
+            "--auth-method",
+            "private_key_jwt",
+            "--jwks-uri",
+            "https://[::1",
+        ],
+    ],
+)
+def test_a_malformed_url_is_a_one_line_error(
+    database: list[str], capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    capsys.readouterr()
+    assert main([*argv, *database]) == 2
+    _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read --jwks-file"),
+        (b"{not json", "is not valid JSON"),
+        (b'{"keys": [], "keys": []}', "is not valid JSON"),
+        (b"\xff\xfe", "is not valid JSON"),
+        (b'{"keys": "nope"}', "jwks"),
+    ],
+)
+def test_a_missing_or_invalid_jwks_file_is_a_one_line_error(
+    database: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    content: bytes | None,
+    expected: str,
+) -> None:
+    path = tmp_path / "jwks.json"
+    if content is not None:
+        path.write_bytes(content)
+    argv = ["clients", "add", "--name", "bot", "--grant-type", "client_credentials"]
+    argv += ["--auth-method", "private_key_jwt", "--jwks-file", str(path)]
+    capsys.readouterr()
+    assert main([*argv, *database]) == 2
+    assert expected in _one_line_error(capsys)
+
+
+def test_a_password_on_stdin_that_is_not_utf8_is_a_one_line_error(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9 password\n")))
+    capsys.readouterr()
+    assert main(["users", "add", "alice", "--password-stdin", *database]) == 2
+    assert "not valid UTF-8" in _one_line_error(capsys)
+
+
+def test_a_utf8_password_on_stdin_still_adds_the_user(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO("caf\u00e9 password\r\n".encode()))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["users", "add", "alice", "--password-stdin", *database]) == 0
+    assert "alice" in capsys.readouterr().out
