@@ -4,13 +4,17 @@ the token endpoint (RFC 6749 §2.3; secrets compared as digests in constant time
 from __future__ import annotations
 
 import secrets as _random
+import unicodedata
 from typing import Any
 from urllib.parse import quote
 
+from sqlmodel import select
+
 from mcpauth import oauth
-from mcpauth.errors import InvalidClient
+from mcpauth.errors import InvalidClient, InvalidClientMetadata
 from mcpauth.server.cimd import is_cimd_client_id
 from mcpauth.server.context import ServerContext
+from mcpauth.server.display import clean_name
 from mcpauth.server.registration import ValidatedClient
 from mcpauth.server.secrets import digest, new_token
 from mcpauth.server.storage.models import Client
@@ -23,6 +27,30 @@ AUTH_METHODS = oauth.AUTH_METHODS
 def new_client_id() -> str:
     # Never starts with "https://", so it cannot be mistaken for a CIMD URL (AS-32).
     return _random.token_urlsafe(18)
+
+
+def _comparable(name: str) -> str:
+    return " ".join(clean_name(unicodedata.normalize("NFKC", name)).casefold().split())
+
+
+def check_name_is_free(ctx: ServerContext, name: str, *, client_id: str | None = None) -> None:
+    """A self-registered client may not take the name of a client the operator registered:
+    the consent page would show it as that (often first-party) application. Names compare as
+    people read them: NFKC, case-folded, invisible characters dropped, white space collapsed.
+
+    Raises:
+        InvalidClientMetadata: an admin-registered client has that name.
+    """
+    wanted = _comparable(name)
+    if not wanted:
+        return
+    with ctx.db.read() as session:
+        query = select(Client.client_name).where(Client.source == "admin")
+        taken = session.exec(query.where(Client.client_id != client_id)).all()
+    if any(_comparable(each) == wanted for each in taken):
+        raise InvalidClientMetadata(
+            "client_name: that name belongs to a client registered by the operator"
+        )
 
 
 def find_client(ctx: ServerContext, client_id: str) -> Client | None:

@@ -13,6 +13,8 @@ import pytest
 from freezegun import freeze_time
 from starlette.applications import Starlette
 
+from mcpauth.server import admin
+
 from ..oauth import authorization_params, follow, pkce_pair, register_public_client
 from ..oauth import sign_in_and_approve as approve
 from .conftest import PASSWORD
@@ -158,3 +160,42 @@ async def test_invisible_and_bidi_characters_never_reach_the_consent_page(
     assert "GoodliaM App" in text
     for hidden in ("\u202e", "\u200b"):
         assert hidden not in text
+
+
+@pytest.mark.parametrize(
+    "name", ["Acme Desktop", "acme  desktop", "ACME\u200b Desktop", "\uff21\uff43\uff4d\uff45 Desktop"]
+)
+async def test_a_self_registered_client_cannot_take_an_operator_clients_name(
+    http: httpx.AsyncClient, seeded: Starlette, name: str
+) -> None:
+    admin.add_client(
+        seeded.state.mcpauth, name="Acme Desktop", redirect_uris=["https://acme.example/cb"]
+    )
+    response = await http.post(
+        "/register",
+        json={"client_name": name, "redirect_uris": [FIRST], "token_endpoint_auth_method": "none"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_client_metadata"
+
+
+async def test_a_self_registered_client_cannot_rename_itself_to_an_operator_clients_name(
+    http: httpx.AsyncClient, seeded: Starlette
+) -> None:
+    admin.add_client(
+        seeded.state.mcpauth, name="Acme Desktop", redirect_uris=["https://acme.example/cb"]
+    )
+    registered = await register_public_client(http, redirect_uri=FIRST)
+    update = await http.put(
+        registered["registration_client_uri"],
+        json={
+            "client_id": registered["client_id"],
+            "client_name": "Acme Desktop",
+            "redirect_uris": [FIRST],
+            "token_endpoint_auth_method": "none",
+            "grant_types": ["authorization_code", "refresh_token"],
+        },
+        headers={"Authorization": f"Bearer {registered['registration_access_token']}"},
+    )
+    assert update.status_code == 400
+    assert update.json()["error"] == "invalid_client_metadata"

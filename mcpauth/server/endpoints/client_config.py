@@ -81,6 +81,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
     validated = validate_client_metadata(raw, known_scopes=known, auth_methods=clients.AUTH_METHODS)
     if validated.token_endpoint_auth_method != client.token_endpoint_auth_method:
         raise InvalidClientMetadata("token_endpoint_auth_method cannot be changed; register anew")
+    clients.check_name_is_free(ctx, validated.client_name, client_id=client_id)
     new = new_token()
     with ctx.db.write() as session:
         row = session.get(Client, client_id)

@@ -36,6 +36,7 @@ def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
     validated: ValidatedClient = validate_client_metadata(
         raw, known_scopes=known, auth_methods=clients.AUTH_METHODS
     )
+    clients.check_name_is_free(ctx, validated.client_name)
     info = clients.create_client(ctx, validated, source="dcr")
     audit(
         "client.registered",
