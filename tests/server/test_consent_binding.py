@@ -163,7 +163,8 @@ async def test_invisible_and_bidi_characters_never_reach_the_consent_page(
 
 
 @pytest.mark.parametrize(
-    "name", ["Acme Desktop", "acme  desktop", "ACME\u200b Desktop", "\uff21\uff43\uff4d\uff45 Desktop"]
+    "name",
+    ["Acme Desktop", "acme  desktop", "ACME\u200b Desktop", "\uff21\uff43\uff4d\uff45 Desktop"],
 )
 async def test_a_self_registered_client_cannot_take_an_operator_clients_name(
     http: httpx.AsyncClient, seeded: Starlette, name: str
