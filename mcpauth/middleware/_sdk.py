@@ -35,14 +35,14 @@ def available() -> bool:
     return _sdk() is not None
 
 
-def authenticated_user(token: VerifiedToken, digest: bytes) -> BaseUser | None:
-    """An SDK ``AuthenticatedUser`` for ``token``, or ``None`` without the SDK."""
+def access_token(token: VerifiedToken, handle: str) -> Any:
+    """The SDK's ``AccessToken`` for ``token`` (``handle`` goes in its ``token`` field), or
+    ``None`` without the SDK."""
     sdk = _sdk()
     if sdk is None:
         return None
-    user_class, access_token_class, _ = sdk
-    access_token = access_token_class(
-        token="sha256:" + digest.hex(),
+    return sdk[1](
+        token=handle,
         client_id=token.client_id,
         scopes=list(token.scopes),
         expires_at=token.expires_at,
@@ -50,7 +50,15 @@ def authenticated_user(token: VerifiedToken, digest: bytes) -> BaseUser | None:
         subject=token.subject,
         claims=dict(token.claims),
     )
-    user: BaseUser = user_class(access_token)
+
+
+def authenticated_user(token: VerifiedToken, digest: bytes) -> BaseUser | None:
+    """An SDK ``AuthenticatedUser`` for ``token``, or ``None`` without the SDK. The app sees a
+    digest of the token, never the token."""
+    sdk = _sdk()
+    if sdk is None:
+        return None
+    user: BaseUser = sdk[0](access_token(token, "sha256:" + digest.hex()))
     return user
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcpauth.errors import InvalidToken
+from mcpauth.middleware._sdk import access_token
 from mcpauth.middleware.verifier import TokenVerifier, VerifiedToken, parse_scope
 
 __all__ = ["ForSDK", "FromSDK", "verified_from"]
@@ -80,18 +81,8 @@ class ForSDK:
         self.verifier = verifier
 
     async def verify_token(self, token: str) -> Any:
-        from mcp.server.auth.provider import AccessToken  # the SDK, only when used
-
         try:
             verified = await self.verifier.verify_token(token)
         except InvalidToken:
             return None
-        return AccessToken(
-            token=token,
-            client_id=verified.client_id,
-            scopes=list(verified.scopes),
-            expires_at=verified.expires_at,
-            resource=verified.resource,
-            subject=verified.subject,
-            claims=dict(verified.claims),
-        )
+        return access_token(verified, token)  # the SDK's own type (it is installed: it asked)
