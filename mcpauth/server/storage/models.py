@@ -86,7 +86,7 @@ class Grant(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=64)
     user_id: str = Field(max_length=64)
-    client_id: str = Field(max_length=2048)
+    client_id: str = Field(max_length=2048, index=True)  # pruning and deleting a client
     resource: str = Field(max_length=2048)
     scope: str = Field(default="", sa_column=Column(Text, nullable=False))
     created_at: int
@@ -117,7 +117,7 @@ class RefreshToken(SQLModel, table=True):
 
     digest: str = Field(primary_key=True, max_length=64)
     grant_id: str = Field(max_length=64, index=True)
-    client_id: str = Field(max_length=2048)
+    client_id: str = Field(max_length=2048, index=True)  # deleting a client
     scope: str = Field(default="", sa_column=Column(Text, nullable=False))
     resource: str = Field(max_length=2048)
     created_at: int
