@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..support import MCPAUTH, free_port, run_cli, wait_for
+from ..support import MCPAUTH, free_port, run_cli, stop, wait_for
 from .test_sdk_oauth_client import (
     FormBrowser,
     Traffic,
@@ -117,13 +116,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
                 accepted_at_banner=accepted,
             )
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=10)
+            stop(process)
 
 
 def demo_password(demo: Demo) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import httpx
 import pytest
 
 from ..readme import ROOT, on_ports, readme_block
-from ..support import free_port, running
+from ..support import free_port, running, stop
 from .test_demo import BANNER_END, PASSWORD_LINE, base64url, wait_for_banner
 
 pytestmark = pytest.mark.e2e
@@ -127,13 +126,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             assert found, banner
             yield Demo(folder, auth_port, mcp_port, found.group(1), env)
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=10)
+            stop(process)
 
 
 def call_tool(resource: str, token: str, name: str, arguments: dict[str, Any]) -> httpx.Response:
