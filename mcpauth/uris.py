@@ -172,11 +172,10 @@ def secure_or_loopback(url: str) -> bool:
     """True for an https URL with a host, or a plain http one on a loopback host (RFC 8252
     §7.3, RFC 9700 §2.6); False for anything else, malformed URLs included."""
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:
+        parts = parse_url(url)
+    except MalformedURL:
         return False
-    scheme = parts.scheme.lower()
+    scheme, host = parts.scheme.lower(), parts.hostname
     return (scheme == "https" and bool(host)) or (scheme == "http" and is_loopback_host(host))
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import idna
 
-from mcpauth.uris import is_loopback_host
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 MAX_NAME = 80
 # Unicode categories never shown in a name: controls, format characters (bidi overrides,
@@ -75,10 +75,10 @@ def same_site_https(url: object, site_host: str | None) -> str | None:
     if not isinstance(url, str) or len(url) > 2048:
         return None
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:
+        parts = parse_url(url)
+    except MalformedURL:
         return None
+    host = parts.hostname
     if parts.scheme != "https" or not host or not host.isascii():
         return None
     if site_host is not None and _site(host) != _site(site_host.lower()):
