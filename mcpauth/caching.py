@@ -1,11 +1,16 @@
-"""HTTP freshness (RFC 9111 §4.2.1) for the documents mcpauth fetches and keeps for a while:
-client metadata documents on the server, the authorization server's JWKS in the middleware.
-Each caller applies its own default and bounds to what the response says."""
+"""Caching shared by the three parts: HTTP freshness (RFC 9111 §4.2.1) for the documents mcpauth
+fetches and keeps for a while (client metadata documents on the server, the authorization
+server's JWKS in the middleware), each caller applying its own default and bounds to what the
+response says; and :class:`ExpiringCache`, the one in-memory cache with per-entry expiry."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
+from typing import Generic, TypeVar
 
 
 def cache_directives(header: str) -> dict[str, str]:
@@ -43,3 +48,89 @@ def freshness_lifetime(headers: Mapping[str, str], now: float) -> float | None:
     if expires is None:
         return 0.0
     return expires - (_http_date(headers.get("date")) or now)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _monotonic() -> float:
+    return time.monotonic()
+
+
+class ExpiringCache(Generic[K, V]):
+    """The one in-memory cache of mcpauth: thread-safe, at most ``max_entries`` entries (least
+    recently used out first), each entry with its own expiry. ``ttl`` is the default lifetime;
+    :meth:`put` may give an entry another one, or an absolute deadline on ``clock``.
+
+    Expired entries are not returned by :meth:`get` but stay (until evicted or replaced) for
+    :meth:`get_stale`, so a caller can fall back to its last good value when a refresh fails."""
+
+    def __init__(
+        self,
+        ttl: float,
+        max_entries: int = 10_000,
+        *,
+        clock: Callable[[], float] = _monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[K, tuple[float, float, V]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def get(self, key: K) -> V | None:
+        """The value of an unexpired entry, or None."""
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] <= now:
+                return None
+            self._entries.move_to_end(key)
+            return entry[2]
+
+    def get_stale(self, key: K) -> tuple[V, float] | None:
+        """The entry's value and its age in seconds, expired or not; None if there is none."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else (entry[2], self._clock() - entry[1])
+
+    def put(
+        self, key: K, value: V, *, ttl: float | None = None, expires_at: float | None = None
+    ) -> None:
+        """Keep ``value`` for ``ttl`` seconds (default: the cache's), or until ``expires_at``
+        on the cache's clock. An entry that would already be expired is not kept."""
+        now = self._clock()
+        lifetime = self.ttl if ttl is None else ttl
+        deadline = expires_at if expires_at is not None else now + lifetime
+        with self._lock:
+            if deadline <= now or self.max_entries <= 0:
+                self._entries.pop(key, None)
+                return
+            self._entries[key] = (deadline, now, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        """The cached value, or ``load()``'s, kept for the default lifetime."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        value = load()
+        self.put(key, value)
+        return value
+
+    def forget(self, key: K) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
