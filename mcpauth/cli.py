@@ -46,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mcpauth.server.app import create_app
-    from mcpauth.server.observability import configure_logging
+    from mcpauth.server.operations.logs import configure_logging
 
     settings = _settings(args, issuer=args.issuer, host=args.host, port=args.port)
     configure_logging(args.log_level or settings.log_level, settings.log_format)

@@ -9,7 +9,7 @@ import pytest
 
 from mcpauth.errors import ConfigurationError
 from mcpauth.server.config import load_settings
-from mcpauth.server.secrets import resolve_server_secret
+from mcpauth.server.crypto import resolve_server_secret
 
 
 def test_flags_override_environment_which_overrides_the_file(tmp_path: Path) -> None:

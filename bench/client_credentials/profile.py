@@ -127,12 +127,12 @@ def report(n: int, client_id: str, secret: str) -> None:
     from starlette.responses import JSONResponse
 
     import mcpauth
-    from mcpauth.server import client_auth
     from mcpauth.server.app import create_app
+    from mcpauth.server.clients import authentication
     from mcpauth.server.config import load_settings
-    from mcpauth.server.endpoints import token as token_endpoint
-    from mcpauth.server.grants import client_credentials
-    from mcpauth.server.secrets import matches
+    from mcpauth.server.crypto import matches
+    from mcpauth.server.tokens import endpoint as token_endpoint
+    from mcpauth.server.tokens.grants import client_credentials
 
     print(f"mcpauth imported from {Path(mcpauth.__file__).parent}")
     app = create_app(load_settings({"issuer": ISSUER}))
@@ -144,10 +144,10 @@ def report(n: int, client_id: str, secret: str) -> None:
     issuance = token_endpoint._handle(ctx, form, auth, "127.0.0.1", None)
     steps = [
         ("secret digest compare", lambda: matches(secret, client.secret_digest)),
-        ("presented_credentials (Basic)", lambda: client_auth.presented_credentials(auth, form)),
+        ("presented_credentials (Basic)", lambda: authentication.presented_credentials(auth, form)),
         (
             "authenticate_request (cached client)",
-            lambda: client_auth.authenticate_request(
+            lambda: authentication.authenticate_request(
                 ctx, form, auth, "127.0.0.1", endpoint="token"
             ),
         ),

@@ -20,29 +20,24 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
+from mcpauth.server import discovery
+from mcpauth.server.authorization import endpoint as authorize
+from mcpauth.server.browser import account, interaction
+from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
+from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context, wall_clock
-from mcpauth.server.endpoints import (
-    account,
-    authorize,
-    client_config,
-    interaction,
-    introspect,
-    metadata,
-    register,
-    revoke,
-    token,
-)
-from mcpauth.server.html import Brand, BrandMiddleware, brand_var, error_page, favicon
 from mcpauth.server.http import cors, error_response, oauth_errors
-from mcpauth.server.metrics import AuditCounter, Metrics, MetricsMiddleware
-from mcpauth.server.metrics import endpoint as metrics_endpoint
-from mcpauth.server.observability import RequestIdMiddleware
-from mcpauth.server.ratelimit import Rate, RateLimitMiddleware
+from mcpauth.server.operations.logs import RequestIdMiddleware
+from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMiddleware
+from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
+from mcpauth.server.operations.rate_limits import Rate, RateLimitMiddleware
 from mcpauth.server.storage import migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.prune import prune, report
 from mcpauth.server.threads import run_blocking
+from mcpauth.server.tokens import endpoint as token
+from mcpauth.server.tokens import introspection, revocation
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -138,22 +133,22 @@ def _token_route(settings: Settings) -> Route:
 
 def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
     base = path_of(settings.issuer)
-    discovery = cors(metadata.metadata)
+    metadata = cors(discovery.metadata)
     routes: list[BaseRoute] = [
         token_route,  # also reached directly, by DirectRoute
         # RFC 8414 §3.1 path insertion; OpenID Connect discovery in both path forms
         Route(
-            f"/.well-known/oauth-authorization-server{base}", discovery, methods=["GET", "OPTIONS"]
+            f"/.well-known/oauth-authorization-server{base}", metadata, methods=["GET", "OPTIONS"]
         ),
-        Route(f"/.well-known/openid-configuration{base}", discovery, methods=["GET", "OPTIONS"]),
-        Route(f"{base}/jwks.json", cors(metadata.jwks), methods=["GET", "OPTIONS"]),
-        Route(f"{base}/health", metadata.health, methods=["GET"]),
-        Route(f"{base}/health/ready", metadata.ready, methods=["GET"]),
+        Route(f"/.well-known/openid-configuration{base}", metadata, methods=["GET", "OPTIONS"]),
+        Route(f"{base}/jwks.json", cors(discovery.jwks), methods=["GET", "OPTIONS"]),
+        Route(f"{base}/health", discovery.health, methods=["GET"]),
+        Route(f"{base}/health/ready", discovery.ready, methods=["GET"]),
     ]
     routes += [
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
-        Route(f"{base}/revoke", cors(revoke.revoke), methods=["POST", "OPTIONS"]),
-        Route(f"{base}/introspect", introspect.introspect, methods=["POST"]),
+        Route(f"{base}/revoke", cors(revocation.revoke), methods=["POST", "OPTIONS"]),
+        Route(f"{base}/introspect", introspection.introspect, methods=["POST"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
         Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
         Route(
@@ -169,20 +164,20 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
     ]
     if base:
         routes.append(
-            Route(f"{base}/.well-known/openid-configuration", discovery, methods=["GET", "OPTIONS"])
+            Route(f"{base}/.well-known/openid-configuration", metadata, methods=["GET", "OPTIONS"])
         )
     if settings.registration_policy != "closed":
         routes.append(
             Route(
                 f"{base}/register",
-                cors(oauth_errors(register.register)),
+                cors(oauth_errors(registration.register)),
                 methods=["POST", "OPTIONS"],
             )
         )
         routes.append(
             Route(
                 f"{base}/register/{{client_id}}",
-                cors(client_config.configure),
+                cors(management.configure),
                 methods=["GET", "PUT", "DELETE", "OPTIONS"],
             )
         )

@@ -14,7 +14,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.server.html import is_colour
+from mcpauth.server.browser.pages import is_colour
 from mcpauth.uris import check_issuer
 
 ENV_PREFIX = "MCPAUTH_"

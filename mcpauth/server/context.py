@@ -11,14 +11,14 @@ from typing import cast
 from sqlalchemy import Engine
 from starlette.requests import Request
 
+from mcpauth.server.authorization.resources import ResourceCatalog
+from mcpauth.server.clients.directory import ClientDirectory
 from mcpauth.server.config import Settings
-from mcpauth.server.directory import ClientDirectory
-from mcpauth.server.idp import IdentityProviders
-from mcpauth.server.keys import KeyManager
-from mcpauth.server.resources import ResourceCatalog
-from mcpauth.server.secrets import derive_key, resolve_server_secret
+from mcpauth.server.crypto import derive_key, resolve_server_secret
+from mcpauth.server.identity.trusted_issuers import IdentityProviders
+from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.storage.database import Database
-from mcpauth.server.throttle import Lockouts
+from mcpauth.server.tokens.keys import KeyManager
 
 
 def wall_clock() -> float:

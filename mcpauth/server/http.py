@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from mcpauth.errors import InvalidClientMetadata, InvalidRequest, OAuthError, PayloadTooLarge
-from mcpauth.server.limits import MAX_REGISTRATION_BYTES
+from mcpauth.server.operations.size_limits import MAX_REGISTRATION_BYTES
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
@@ -177,7 +177,8 @@ async def json_body(
 
 async def client_metadata_body(request: Request, limit: int) -> Any:
     """An RFC 7591 registration or RFC 7592 update body, at most
-    :data:`~mcpauth.server.limits.MAX_REGISTRATION_BYTES` (413 ``invalid_client_metadata``).
+    :data:`~mcpauth.server.operations.size_limits.MAX_REGISTRATION_BYTES`
+    (413 ``invalid_client_metadata``).
 
     Raises:
         InvalidClientMetadata: not JSON, or too large (then with status 413).

@@ -29,15 +29,15 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcpauth.server import ssrf
-from mcpauth.server.cimd import (
+from mcpauth.server.clients import ssrf
+from mcpauth.server.clients.metadata_documents import (
     CIMDError,
     MetadataCache,
     fetcher_for,
     resolve_client_metadata_document,
 )
+from mcpauth.server.clients.ssrf import FetchError, SafeFetcher
 from mcpauth.server.config import Settings
-from mcpauth.server.ssrf import FetchError, SafeFetcher
 
 from ..support import free_port
 

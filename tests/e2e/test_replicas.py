@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 
 from mcpauth import jwt
-from mcpauth.server.login import account_key
+from mcpauth.server.browser.login import account_key
 from mcpauth.server.storage.database import make_engine
 
 from ..oauth import forms, pkce_pair, query

@@ -9,8 +9,8 @@ import pytest
 from starlette.applications import Starlette
 
 from mcpauth.server import admin
-from mcpauth.server.passwords import hash_password
-from mcpauth.server.secrets import new_id
+from mcpauth.server.crypto import new_id
+from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage.models import User
 
 from ..oauth import register_public_client

@@ -13,7 +13,8 @@ import pytest
 from freezegun import freeze_time
 
 from mcpauth.errors import InvalidClient
-from mcpauth.server.cimd import (
+from mcpauth.server.clients.fetch_admission import BUSY, FetchDeclined
+from mcpauth.server.clients.metadata_documents import (
     CIMDError,
     MetadataCache,
     cache_lifetime,
@@ -21,9 +22,8 @@ from mcpauth.server.cimd import (
     is_cimd_client_id,
     resolve_client_metadata_document,
 )
+from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 from mcpauth.server.config import Settings
-from mcpauth.server.fetchgate import BUSY, FetchDeclined
-from mcpauth.server.ssrf import FetchedResponse, FetchError
 
 URL = "https://app.example.com/oauth/client.json"
 

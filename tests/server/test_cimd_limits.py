@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mcpauth.server import Settings, create_app
-from mcpauth.server.fetchgate import TOO_MANY_FAILURES, FetchLimits
+from mcpauth.server.clients.fetch_admission import TOO_MANY_FAILURES, FetchLimits
 
 from ..conftest import ISSUER
 

@@ -1,5 +1,5 @@
 """The form POST origin rule: what each browser sends for the server's own forms is accepted,
-what another site can make a browser send is refused (see mcpauth.server.csrf)."""
+what another site can make a browser send is refused (see mcpauth.server.browser.csrf)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 
-from mcpauth.server.csrf import cross_site_reason
+from mcpauth.server.browser.csrf import cross_site_reason
 
 from ..oauth import forms
 from .test_interaction import consent_page

@@ -3,7 +3,7 @@ client_uri and logo only over https on the client's own site."""
 
 from __future__ import annotations
 
-from mcpauth.server.display import clean_name, client_view, redirect_view
+from mcpauth.server.browser.display import clean_name, client_view, redirect_view
 
 
 def test_a_metadata_document_client_shows_its_host_and_only_same_site_https_details() -> None:

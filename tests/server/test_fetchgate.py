@@ -12,7 +12,7 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from mcpauth.server.fetchgate import (
+from mcpauth.server.clients.fetch_admission import (
     BUSY,
     TOO_MANY_FAILURES,
     FetchDeclined,
@@ -20,7 +20,7 @@ from mcpauth.server.fetchgate import (
     FetchLimits,
     requester_key,
 )
-from mcpauth.server.ssrf import FetchedResponse, FetchError
+from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mcpauth.errors import InvalidRequest, wire_description
-from mcpauth.server.limits import MAX_REGISTRATION_BYTES, MAX_STATE_LENGTH
+from mcpauth.server.operations.size_limits import MAX_REGISTRATION_BYTES, MAX_STATE_LENGTH
 
 from ..oauth import authorization_params, pkce_pair, register_public_client
 

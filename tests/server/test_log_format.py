@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcpauth.server.observability import TextFormatter, audit
+from mcpauth.server.operations.logs import TextFormatter, audit
 
 FORGED = "mallory\ninfo [-] mcpauth.audit: login.success user_id=admin"
 

@@ -225,7 +225,7 @@ async def test_asx1_metadata_advertises_private_key_jwt_and_its_algorithms(
 async def test_a_cached_client_credentials_request_is_answered_without_a_worker_thread(
     http: httpx.AsyncClient, secret_client: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcpauth.server.endpoints import token as token_endpoint
+    from mcpauth.server.tokens import endpoint as token_endpoint
 
     hops: list[str] = []
     real = token_endpoint.run_blocking

@@ -16,8 +16,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, text
 
 from mcpauth.server import Settings, create_app
-from mcpauth.server.passwords import hash_password
-from mcpauth.server.secrets import digest
+from mcpauth.server.crypto import digest
+from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import migrate, models
 from mcpauth.server.storage.database import make_engine
 

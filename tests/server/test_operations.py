@@ -16,7 +16,7 @@ from sqlalchemy import text
 from starlette.applications import Starlette
 
 from mcpauth.server import Settings, admin, create_app
-from mcpauth.server.observability import JSONFormatter
+from mcpauth.server.operations.logs import JSONFormatter
 
 from ..conftest import ISSUER
 from ..oauth import register_public_client

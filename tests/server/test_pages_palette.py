@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpauth.server.html import PALETTE, Brand, contrast
+from mcpauth.server.browser.pages import PALETTE, Brand, contrast
 
 TEXT = [("text", "page"), ("text", "card"), ("muted", "card"), ("muted", "page"), ("text", "new")]
 NON_TEXT = [

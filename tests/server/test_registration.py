@@ -13,7 +13,7 @@ from sqlmodel import select
 from starlette.applications import Starlette
 
 from mcpauth.server import Settings, create_app
-from mcpauth.server.secrets import digest
+from mcpauth.server.crypto import digest
 from mcpauth.server.storage.models import Client
 
 from ..conftest import ISSUER

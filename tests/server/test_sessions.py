@@ -14,7 +14,7 @@ from freezegun import freeze_time
 from starlette.applications import Starlette
 
 from mcpauth.server import Settings, admin, create_app
-from mcpauth.server.session import cookie_name
+from mcpauth.server.browser.sessions import cookie_name
 
 from ..conftest import ISSUER
 from ..oauth import authorization_params, follow, forms, pkce_pair, submit

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mcpauth.server.ssrf import FetchError, SafeFetcher, forbidden_reason
+from mcpauth.server.clients.ssrf import FetchError, SafeFetcher, forbidden_reason
 
 _real_getaddrinfo = socket.getaddrinfo
 

@@ -13,8 +13,8 @@ import pytest
 from starlette.applications import Starlette
 
 from mcpauth.server import admin
-from mcpauth.server.client_auth import answerable_from_memory, presented_credentials
-from mcpauth.server.endpoints import token as token_endpoint
+from mcpauth.server.clients.authentication import answerable_from_memory, presented_credentials
+from mcpauth.server.tokens import endpoint as token_endpoint
 
 from .conftest import RESOURCE
 

@@ -1,0 +1,272 @@
+"""The account page: a signed-in user sees each application connected to their account and
+revokes one after a confirmation (its grants end and its refresh tokens die at once)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from sqlmodel import Session
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.server.authorization.outcomes import see_other
+from mcpauth.server.browser.display import ClientView
+from mcpauth.server.browser.interaction import client_view_of
+from mcpauth.server.browser.login import attempt_login, refuse_cross_site
+from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.sessions import (
+    BrowserSession,
+    csrf_token,
+    csrf_valid,
+    load_session,
+    save_session,
+    sign_out,
+)
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Grant, User
+from mcpauth.server.storage.registry import get_client, get_resource
+from mcpauth.server.threads import run_blocking
+
+LOGIN_PURPOSE = "login:account"
+ACCOUNT_PURPOSE = "account"
+
+
+def _login_page(
+    ctx: ServerContext,
+    browser: BrowserSession,
+    error: str = "",
+    username: str = "",
+    status: int = 200,
+    notice: str = "",
+) -> Response:
+    return render(
+        "login.html",
+        status,
+        client_name="",
+        notice=notice,
+        error=error,
+        username=username,
+        action=ctx.endpoint_url("account/login"),
+        csrf_token=csrf_token(ctx, browser, LOGIN_PURPOSE),
+    )
+
+
+@dataclass
+class Access:
+    resource_name: str
+    scopes: str
+
+
+@dataclass
+class Application:
+    """One connected application: every live grant of the user for one client."""
+
+    view: ClientView
+    access: list[Access]
+    last_used: str
+    revoke_url: str
+
+    @property
+    def client_id(self) -> str:
+        return self.view.client_id
+
+    @property
+    def name(self) -> str:
+        return self.view.name
+
+    @property
+    def unverified(self) -> bool:
+        return self.view.unverified
+
+    @property
+    def origin(self) -> str:
+        return self.view.origin
+
+    @property
+    def label(self) -> str:
+        return self.view.label
+
+
+def _applications(
+    ctx: ServerContext, session: Session, user_id: str, only: str | None = None
+) -> list[Application]:
+    by_client: dict[str, list[Grant]] = {}
+    for grant in grants.user_grants(session, user_id):
+        if only is None or grant.client_id == only:
+            by_client.setdefault(grant.client_id, []).append(grant)
+    apps = []
+    for client_id, rows in by_client.items():
+        client = get_client(session, client_id)
+        if client is None:
+            continue
+        scopes: dict[str, set[str]] = {}
+        for grant in rows:
+            scopes.setdefault(grant.resource, set()).update(grant.scope.split())
+        access = []
+        for uri, granted in scopes.items():
+            resource = get_resource(session, uri)
+            names = resource.scopes if resource else {}
+            access.append(
+                Access(
+                    resource.name if resource and resource.name else uri,
+                    ", ".join(names.get(s) or s for s in sorted(granted)),
+                )
+            )
+        used = max(grant.last_used_at for grant in rows)
+        apps.append(
+            Application(
+                client_view_of(client),
+                access,
+                datetime.fromtimestamp(used, UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                ctx.endpoint_url("account/revoke") + "?" + urlencode({"client_id": client_id}),
+            )
+        )
+    return apps
+
+
+def _account_view(
+    ctx: ServerContext, user_id: str, revoked: str | None
+) -> tuple[str, list[Application], str] | None:
+    with ctx.db.read() as session:
+        user = session.get(User, user_id)
+        if user is None:
+            return None
+        notice = ""
+        if revoked is not None:
+            client = get_client(session, revoked)
+            name = client_view_of(client).name if client else "The application"
+            notice = f"Access for {name} was revoked."
+        return user.username, _applications(ctx, session, user_id), notice
+
+
+async def page(request: Request) -> Response:
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    view = None
+    if browser.user_id is not None:
+        revoked = request.query_params.get("revoked")
+        view = await run_blocking(_account_view, ctx, browser.user_id, revoked)
+    if view is None:
+        notice = "You have signed out." if "signed_out" in request.query_params else ""
+        response = _login_page(ctx, browser, notice=notice)
+    else:
+        username, apps, notice = view
+        response = render(
+            "account.html",
+            username=username,
+            apps=apps,
+            notice=notice,
+            csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
+            logout_action=ctx.endpoint_url("account/logout"),
+        )
+    save_session(ctx, browser, response)
+    return response
+
+
+def _application(ctx: ServerContext, user_id: str, client_id: str) -> Application | None:
+    with ctx.db.read() as session:
+        found = _applications(ctx, session, user_id, only=client_id)
+    return found[0] if found else None
+
+
+async def confirm_revoke(request: Request) -> Response:
+    """Ask before revoking: what the application loses, a confirm button, a way back."""
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    client_id = request.query_params.get("client_id", "")
+    if browser.user_id is None:
+        return see_other(ctx.endpoint_url("account"))
+    app = await run_blocking(_application, ctx, browser.user_id, client_id)
+    if app is None:
+        return _no_such_application(ctx)
+    return render(
+        "revoke.html",
+        app=app,
+        action=ctx.endpoint_url("account/revoke"),
+        account_url=ctx.endpoint_url("account"),
+        csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
+    )
+
+
+def _no_such_application(ctx: ServerContext) -> Response:
+    return error_page(
+        "invalid_request",
+        "This application is not connected to your account (any more).",
+        404,
+        title="Application not found",
+        back_url=ctx.endpoint_url("account"),
+        back_label="Back to your applications",
+    )
+
+
+async def login(request: Request) -> Response:
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    outcome = await attempt_login(
+        ctx, request, browser, LOGIN_PURPOSE, retry_url=ctx.endpoint_url("account")
+    )
+    if isinstance(outcome, Response):
+        return outcome
+    if outcome.error:
+        return _login_page(ctx, browser, outcome.error, outcome.username, outcome.status)
+    response = see_other(ctx.endpoint_url("account"))
+    save_session(ctx, browser, response)
+    return response
+
+
+async def _refused_form(
+    ctx: ServerContext, request: Request, browser: BrowserSession
+) -> Response | None:
+    """The page refusing an account form (cross-site, signed out, stale token), or None."""
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
+    form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
+    token = form.get("csrf_token")
+    if browser.user_id is None or not csrf_valid(
+        ctx, browser, ACCOUNT_PURPOSE, token if isinstance(token, str) else None
+    ):
+        return error_page("invalid_request", "The form has expired. Reload the page.", 403)
+    return None
+
+
+def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
+    """Revoke every grant of the user for the client and forget the consents."""
+    with ctx.db.write() as session:
+        rows = [g for g in grants.user_grants(session, user_id) if g.client_id == client_id]
+        for grant in rows:
+            grants.revoke_grant(session.connection(), grant.id, ctx.now())
+            grants.forget_consent(session, user_id, grant.client_id, grant.resource)
+    return bool(rows)
+
+
+async def revoke(request: Request) -> Response:
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    refused = await _refused_form(ctx, request, browser)
+    if refused is not None:
+        return refused
+    client_id = (await request.form()).get("client_id")
+    if not isinstance(client_id, str) or not client_id:
+        return _no_such_application(ctx)
+    found = await run_blocking(_revoke, ctx, browser.user_id or "", client_id)
+    if not found:
+        return _no_such_application(ctx)
+    audit("account.revoked", user_id=browser.user_id, client_id=client_id)
+    return see_other(ctx.endpoint_url("account") + "?" + urlencode({"revoked": client_id}))
+
+
+async def logout(request: Request) -> Response:
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    refused = await _refused_form(ctx, request, browser)
+    if refused is not None:
+        return refused
+    await run_blocking(sign_out, ctx, browser)
+    response = see_other(ctx.endpoint_url("account") + "?signed_out=1")
+    save_session(ctx, browser, response)
+    return response

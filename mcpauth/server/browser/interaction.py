@@ -1,0 +1,313 @@
+"""Login and consent for a pending authorization request. Every page carries the interaction
+headers; every POST checks the Origin, a CSRF token bound to the session and to this request,
+and that the browser is the one that started it; every redirect after a POST is a 303."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.errors import AccessDenied, OAuthError
+from mcpauth.server.authorization.outcomes import (
+    AuthorizationRequest,
+    code_redirect,
+    error_redirect,
+    issue_code,
+    see_other,
+)
+from mcpauth.server.authorization.redirect_uris import all_loopback
+from mcpauth.server.browser.display import ClientView, client_view, redirect_view
+from mcpauth.server.browser.login import attempt_login, refuse_cross_site
+from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.sessions import (
+    BrowserSession,
+    csrf_token,
+    csrf_valid,
+    load_session,
+    save_session,
+)
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Client, Interaction, User
+from mcpauth.server.storage.registry import get_client, get_resource
+from mcpauth.server.threads import run_blocking
+
+
+class LoginRequired(OAuthError):
+    error = "login_required"
+
+
+class ConsentRequired(OAuthError):
+    error = "consent_required"
+
+
+def _load(ctx: ServerContext, interaction_id: str) -> tuple[Interaction, Client] | None:
+    with ctx.db.read() as session:
+        interaction = grants.live_interaction(session, interaction_id, ctx.now())
+        if interaction is None:
+            return None
+        client = get_client(session, interaction.request["client_id"])
+    return (interaction, client) if client is not None else None
+
+
+def _expired() -> Response:
+    return error_page(
+        "invalid_request",
+        "This sign-in request has expired or was already used. "
+        "Go back to the application and start again.",
+        title="This page has expired",
+    )
+
+
+def identity_unproven(client: Client, redirect_uri: str) -> bool:
+    """A public client answered at a loopback or custom-scheme address: any program on the
+    user's device could be it (RFC 8252 §8.6), so consent is not given silently for long."""
+    return client.token_endpoint_auth_method == "none" and not redirect_uri.startswith("https://")
+
+
+def _needs_consent(
+    ctx: ServerContext, req: AuthorizationRequest, client: Client, user_id: str
+) -> bool:
+    """Whether to show the consent page. A remembered consent holds only for what the page
+    showed: the same client name and redirect host (the exact redirect URI, and only for a
+    short while, when the client's identity cannot be proven) — RFC 6749 §10.2."""
+    if client.first_party:
+        return False
+    if req.prompt == "consent":
+        return True
+    with ctx.db.read() as session:
+        consent = grants.get_consent(session, user_id, client.client_id, req.resource)
+    if consent is None or consent.client_name != client_view_of(client).name:
+        return True
+    wanted = set(req.scopes) | ({"offline_access"} if req.offline else set())
+    if not wanted <= set(consent.scope.split()):
+        return True
+    if identity_unproven(client, req.redirect_uri):
+        window = ctx.settings.unproven_client_consent_window
+        return consent.redirect_uri != req.redirect_uri or ctx.now() - consent.updated_at > window
+    return urlsplit(consent.redirect_uri).netloc != urlsplit(req.redirect_uri).netloc
+
+
+def client_view_of(client: Client) -> ClientView:
+    return client_view(
+        client.client_id,
+        client.client_name,
+        client.source,
+        client.redirect_uris,
+        client.client_metadata,
+    )
+
+
+def _consent_page(
+    ctx: ServerContext,
+    browser: BrowserSession,
+    interaction: Interaction,
+    client: Client,
+    req: AuthorizationRequest,
+) -> Response:
+    with ctx.db.read() as session:
+        user = session.get(User, browser.user_id)
+        resource = get_resource(session, req.resource)
+        granted = grants.consented_scopes(
+            session, browser.user_id or "", client.client_id, req.resource
+        )
+    descriptions = resource.scopes if resource else {}
+    view = client_view_of(client)
+    new = [s for s in req.scopes if s not in granted]
+    return render(
+        "consent.html",
+        img_origins=view.img_origins,
+        client=view,
+        username=user.username if user else "",
+        resource=req.resource,
+        resource_name=(resource.name if resource and resource.name else req.resource),
+        scopes=[
+            {"name": s, "description": descriptions.get(s, ""), "new": bool(granted) and s in new}
+            for s in req.scopes
+        ],
+        step_up=bool(granted) and bool(new) and req.prompt != "consent",
+        again=bool(granted) and not new,
+        offline=req.offline,
+        redirect=redirect_view(req.redirect_uri),  # always shown
+        loopback_only=all_loopback(client.redirect_uris),
+        action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
+        account_url=ctx.endpoint_url("account"),
+        csrf_token=csrf_token(ctx, browser, f"consent:{interaction.id}"),
+    )
+
+
+def _login_page(
+    ctx: ServerContext,
+    browser: BrowserSession,
+    interaction_id: str,
+    client: Client,
+    error: str = "",
+    username: str = "",
+    status: int = 200,
+) -> Response:
+    return render(
+        "login.html",
+        status,
+        client_name=client_view_of(client).name,
+        error=error,
+        username=username,
+        action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
+        csrf_token=csrf_token(ctx, browser, f"login:{interaction_id}"),
+    )
+
+
+def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -> Response:
+    """Show what the request needs next: login, consent, or the code."""
+    loaded = _load(ctx, interaction_id)
+    if loaded is None:
+        return _expired()
+    interaction, client = loaded
+    req = AuthorizationRequest.from_dict(interaction.request)
+    if req.sid != browser.sid:
+        return error_page(
+            "invalid_request",
+            "This sign-in request belongs to another browser "
+            "session. Start again from the application.",
+            403,
+        )
+    signed_in = browser.user_id is not None and (req.prompt != "login" or req.signed_in_here)
+    if not signed_in:
+        if req.prompt == "none":
+            return error_redirect(
+                ctx, client, req.redirect_uri, req.state, LoginRequired("The user is not signed in")
+            )
+        return _login_page(ctx, browser, interaction.id, client)
+    user_id = browser.user_id or ""
+    if _needs_consent(ctx, req, client, user_id):
+        if req.prompt == "none":
+            return error_redirect(
+                ctx,
+                client,
+                req.redirect_uri,
+                req.state,
+                ConsentRequired("The user has not approved this client"),
+            )
+        return _consent_page(ctx, browser, interaction, client, req)
+    code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
+    return code_redirect(ctx, req, code)
+
+
+async def show(request: Request) -> Response:
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    response = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
+    save_session(ctx, browser, response)
+    return response
+
+
+async def login(request: Request) -> Response:
+    ctx = get_context(request)
+    interaction_id = request.path_params["interaction_id"]
+    browser = await load_session(ctx, request)
+    loaded = await run_blocking(_load, ctx, interaction_id)
+    if loaded is None:
+        return _expired()
+    interaction, client = loaded
+    if interaction.request["sid"] != browser.sid:
+        return error_page(
+            "invalid_request",
+            "This sign-in request belongs to another browser "
+            "session. Start again from the application.",
+            403,
+        )
+    outcome = await attempt_login(
+        ctx,
+        request,
+        browser,
+        f"login:{interaction_id}",
+        retry_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+    )
+    if isinstance(outcome, Response):
+        return outcome
+    if outcome.error:
+        return _login_page(
+            ctx, browser, interaction_id, client, outcome.error, outcome.username, outcome.status
+        )
+    # the session id rotated on sign-in: the request moves with it
+    await run_blocking(_rebind, ctx, interaction_id, browser.sid)
+    response = see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
+    save_session(ctx, browser, response)
+    return response
+
+
+def _rebind(ctx: ServerContext, interaction_id: str, sid: str) -> None:
+    with ctx.db.write() as session:
+        interaction = session.get(Interaction, interaction_id)
+        if interaction is not None:
+            interaction.request = {**interaction.request, "sid": sid, "signed_in_here": True}
+            session.add(interaction)
+
+
+def _decide(
+    ctx: ServerContext, browser: BrowserSession, interaction_id: str, action: str
+) -> Response:
+    loaded = _load(ctx, interaction_id)
+    if loaded is None:
+        return _expired()
+    interaction, client = loaded
+    req = AuthorizationRequest.from_dict(interaction.request)
+    if req.sid != browser.sid or browser.user_id is None:
+        return error_page("invalid_request", "This consent does not belong to this session.", 403)
+    audit(
+        f"consent.{'granted' if action == 'approve' else 'denied'}",
+        user_id=browser.user_id,
+        client_id=client.client_id,
+        resource=req.resource,
+        scope=" ".join(req.scopes),
+    )
+    if action == "deny":
+        with ctx.db.write() as session:
+            row = session.get(Interaction, interaction_id)
+            if row is not None:
+                session.delete(row)
+        return error_redirect(
+            ctx,
+            client,
+            req.redirect_uri,
+            req.state,
+            AccessDenied("The user denied the request"),
+            user_acted=True,
+        )
+    code = issue_code(
+        ctx,
+        req,
+        browser.user_id,
+        browser.auth_time or ctx.now(),
+        interaction_id,
+        approved_as=client_view_of(client).name,
+    )
+    return code_redirect(ctx, req, code)
+
+
+async def consent(request: Request) -> Response:
+    ctx = get_context(request)
+    interaction_id = request.path_params["interaction_id"]
+    browser = await load_session(ctx, request)
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
+    form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
+    token = form.get("csrf_token")
+    action = form.get("action")
+    if not csrf_valid(
+        ctx, browser, f"consent:{interaction_id}", token if isinstance(token, str) else None
+    ):
+        return error_page(
+            "invalid_request",
+            "The consent form had expired or was sent twice, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+            back_label="Show the request again",
+        )
+    if action not in ("approve", "deny"):
+        return error_page("invalid_request", "Choose approve or deny.", 400)
+    return await run_blocking(_decide, ctx, browser, interaction_id, action)

@@ -1,0 +1,155 @@
+"""Password sign-in shared by the authorization interaction and the account page: Origin and
+CSRF checks, throttling per account and per client IP through the database, argon2id
+verification off the event loop (docs/security.md T10, T20)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.server.browser import csrf
+from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.sessions import BrowserSession, csrf_valid, sign_in
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest
+from mcpauth.server.identity.passwords import verify_password
+from mcpauth.server.operations import lockout
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.registry import user_by_name
+from mcpauth.server.threads import run_blocking
+from mcpauth.uris import origin
+
+MAX_PASSWORD = 1024
+IP_FAILURES_PER_ACCOUNT_LIMIT = 4  # an address may fail this many times more than one account
+
+
+@dataclass
+class LoginOutcome:
+    user_id: str | None = None
+    error: str = ""
+    username: str = ""
+    status: int = 200
+
+
+def refuse_cross_site(ctx: ServerContext, request: Request) -> Response | None:
+    """The page for a form POST that did not come from this server's own pages (logged with
+    its reason), or None when it did (see :mod:`mcpauth.server.browser.csrf`)."""
+    reason = csrf.cross_site_reason(request.headers, origin(ctx.settings.issuer))
+    if reason is None:
+        return None
+    csrf.refuse_logged(reason, request.url.path)
+    return error_page(
+        "invalid_request",
+        "This form was sent from another website, so it was refused. "
+        "Go back to the application and start again.",
+        403,
+        title="This form came from another website",
+    )
+
+
+def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
+    """429 with the wait in words, the time it ends and a way to try again."""
+    minutes = -(-seconds // 60)
+    wait = f"{seconds} seconds" if seconds < 120 else f"about {minutes} minutes"
+    until = datetime.fromtimestamp(ctx.now() + seconds, UTC).strftime("%H:%M:%S UTC")
+    page = render("locked.html", 429, wait=wait, until=until, retry_url=retry_url)
+    page.headers["Retry-After"] = str(seconds)
+    return page
+
+
+def client_ip(request: Request) -> str:
+    # uvicorn rewrites request.client from X-Forwarded-For only for configured trusted proxies
+    return request.client.host if request.client else "unknown"
+
+
+def account_key(username: str, address: str) -> str:
+    """The failure counter of one account tried from one address. Counting per (account,
+    address) and per address, never per account alone, follows Auth0's brute-force protection:
+    a guesser is slowed, while an outsider cannot lock the real user out from other addresses
+    (argon2id keeps every guess expensive, and the address limit caps a spread-out attack)."""
+    return f"login:at:{digest(username.lower())[:32]}:{address}"
+
+
+def _limits(ctx: ServerContext) -> tuple[lockout.Limit, lockout.Limit]:
+    settings = ctx.settings
+    account = lockout.Limit(settings.login_max_failures, 900, settings.login_lockout_seconds)
+    address = lockout.Limit(
+        settings.login_max_failures * IP_FAILURES_PER_ACCOUNT_LIMIT,
+        900,
+        settings.login_lockout_seconds,
+    )
+    return account, address
+
+
+def _locked(ctx: ServerContext, keys: tuple[str, str]) -> int:
+    now = ctx.now()
+    with ctx.db.read() as session:
+        return max(lockout.retry_after(session, key, now) for key in keys)
+
+
+def _fail(ctx: ServerContext, keys: tuple[str, str]) -> None:
+    account, address = _limits(ctx)
+    now = ctx.now()
+    with ctx.db.write() as session:
+        lockout.record_failure(session, keys[0], now, account)
+        lockout.record_failure(session, keys[1], now, address)
+
+
+def _password_hash(ctx: ServerContext, username: str) -> tuple[str | None, str | None]:
+    with ctx.db.read() as session:
+        user = user_by_name(session, username)
+    return (user.id, user.password_hash) if user else (None, None)
+
+
+def _succeed(ctx: ServerContext, account_key: str) -> None:
+    with ctx.db.write() as session:
+        lockout.clear(session, account_key)
+
+
+async def attempt_login(
+    ctx: ServerContext,
+    request: Request,
+    browser: BrowserSession,
+    purpose: str,
+    *,
+    retry_url: str,
+) -> LoginOutcome | Response:
+    """Check a posted login form; on success the session is signed in (id rotated). A locked
+    account or address gets a page with the wait and a link to ``retry_url``."""
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
+    form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):
+        return error_page(
+            "invalid_request",
+            "The sign-in form had expired or was sent twice, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=retry_url,
+            back_label="Sign in again",
+        )
+    username = fields.get("username", "").strip()
+    password = fields.get("password", "")
+    if not username or not password or len(password) > MAX_PASSWORD or len(username) > 200:
+        return LoginOutcome(error="Enter your username and password.", username=username[:200])
+    keys = (account_key(username, client_ip(request)), f"login:ip:{client_ip(request)}")
+    locked = await run_blocking(_locked, ctx, keys)
+    if locked:
+        audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
+        return locked_page(ctx, locked, retry_url)
+    user_id, password_hash = await run_blocking(_password_hash, ctx, username)
+    if not await verify_password(password, password_hash) or user_id is None:
+        await run_blocking(_fail, ctx, keys)
+        audit("login.failure", username=username, address=client_ip(request))
+        # the form again, with the error: 200, as a 401 needs a WWW-Authenticate challenge
+        # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
+        return LoginOutcome(error="Wrong username or password.", username=username)
+    await run_blocking(_succeed, ctx, keys[0])
+    await run_blocking(sign_in, ctx, browser, user_id)
+    audit("login.success", user_id=user_id, address=client_ip(request))
+    return LoginOutcome(user_id=user_id, username=username)

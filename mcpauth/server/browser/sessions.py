@@ -1,0 +1,132 @@
+"""The browser session. The cookie carries only a random session id, signed with a key derived
+from the server secret and the issuer (so issuers sharing a secret reject each other's
+cookies); a signed-in session lives on the server, in ``browser_sessions``, under the id's
+SHA-256 digest, and is looked up, with its account, on every interaction: signing out, removing
+the user or ``session_ttl`` ends it, whatever copy of the cookie is still around. Anonymous
+sessions (a pending request bound to a browser) have no row. ``__Host-`` prefix and ``Secure``
+on https; always ``HttpOnly`` and ``SameSite=Lax``. CSRF tokens are HMACs bound to the session
+id and one form's purpose (RFC 9700 §4.7)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy import delete, select
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.server.browser import csrf
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest
+from mcpauth.server.storage.models import BrowserSessionRecord, User
+from mcpauth.server.threads import run_blocking
+
+_RECORDS = BrowserSessionRecord.__table__  # type: ignore[attr-defined]
+_USERS = User.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class BrowserSession:
+    sid: str
+    user_id: str | None = None
+    auth_time: int | None = None
+    changed: bool = False
+
+    @classmethod
+    def new(cls) -> BrowserSession:
+        return cls(sid=secrets.token_urlsafe(32), changed=True)
+
+
+def cookie_name(ctx: ServerContext) -> str:
+    return "__Host-mcpauth" if ctx.settings.is_https else "mcpauth_session"
+
+
+def _serializer(ctx: ServerContext) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(ctx.cookie_secret, salt="mcpauth-session")
+
+
+def _signed_in(ctx: ServerContext, sid: str) -> tuple[str, int] | None:
+    """The live server-side session of ``sid`` whose account still exists."""
+    with ctx.db.read() as session:
+        row = session.execute(
+            select(_RECORDS.c.user_id, _RECORDS.c.auth_time)
+            .join(_USERS, _USERS.c.id == _RECORDS.c.user_id)
+            .where(_RECORDS.c.digest == digest(sid), _RECORDS.c.expires_at > ctx.now())
+        ).first()
+    return (str(row[0]), int(row[1])) if row is not None else None
+
+
+async def load_session(ctx: ServerContext, request: Request) -> BrowserSession:
+    """The request's session (signed in only while its server-side record and account live),
+    or a fresh anonymous one (to be set on the response)."""
+    raw = request.cookies.get(cookie_name(ctx))
+    if raw:
+        try:
+            data = _serializer(ctx).loads(raw, max_age=ctx.settings.session_ttl)
+        except BadSignature:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("sid"), str):
+            sid = data["sid"]
+            found = await run_blocking(_signed_in, ctx, sid)
+            if found is None:
+                return BrowserSession(sid=sid)
+            return BrowserSession(sid=sid, user_id=found[0], auth_time=found[1])
+    return BrowserSession.new()
+
+
+def sign_in(ctx: ServerContext, browser: BrowserSession, user_id: str) -> None:
+    """Start a server-side session for ``user_id`` under a new id (no session fixation); the
+    browser's previous one ends."""
+    now = ctx.now()
+    old = browser.sid
+    browser.sid = secrets.token_urlsafe(32)
+    browser.user_id = user_id
+    browser.auth_time = now
+    browser.changed = True
+    with ctx.db.write() as session:
+        session.execute(delete(_RECORDS).where(_RECORDS.c.digest == digest(old)))
+        session.add(
+            BrowserSessionRecord(
+                digest=digest(browser.sid),
+                user_id=user_id,
+                auth_time=now,
+                created_at=now,
+                expires_at=now + ctx.settings.session_ttl,
+            )
+        )
+
+
+def sign_out(ctx: ServerContext, browser: BrowserSession) -> None:
+    """End the server-side session: no copy of the cookie is signed in any more."""
+    with ctx.db.write() as session:
+        session.execute(delete(_RECORDS).where(_RECORDS.c.digest == digest(browser.sid)))
+    browser.sid = secrets.token_urlsafe(32)
+    browser.user_id = None
+    browser.auth_time = None
+    browser.changed = True
+
+
+def save_session(ctx: ServerContext, session: BrowserSession, response: Response) -> None:
+    if not session.changed:
+        return
+    response.set_cookie(
+        cookie_name(ctx),
+        _serializer(ctx).dumps({"sid": session.sid}),
+        max_age=ctx.settings.session_ttl,
+        path="/",
+        secure=ctx.settings.is_https,
+        httponly=True,
+        samesite="lax",
+    )
+
+
+def csrf_token(ctx: ServerContext, session: BrowserSession, purpose: str) -> str:
+    return csrf.csrf_token(ctx.cookie_secret, session.sid, purpose)
+
+
+def csrf_valid(
+    ctx: ServerContext, session: BrowserSession, purpose: str, token: str | None
+) -> bool:
+    return csrf.csrf_valid(ctx.cookie_secret, session.sid, purpose, token)

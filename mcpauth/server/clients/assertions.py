@@ -1,0 +1,118 @@
+"""JWT assertions presented to the token endpoint: RFC 7523 §2.2 client authentication
+(``private_key_jwt``) with single-use ``jti``s recorded in the database, so a replay is refused
+by every replica."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import jwt as pyjwt
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from mcpauth import jwt
+from mcpauth.errors import InvalidClient, OAuthError
+from mcpauth.server.context import ServerContext
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.models import Client, UsedAssertion
+
+MAX_LIFETIME = 300  # seconds an assertion may still be valid for when presented
+SIGNING_ALGS = (
+    "ES256",
+    "ES384",
+    "ES512",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "EdDSA",
+)
+
+
+def unverified_subject(assertion: str) -> str | None:
+    """The ``iss`` of an assertion (= the client_id, RFC 7523 §3), for lookup only."""
+    try:
+        claims = pyjwt.decode(assertion, options={"verify_signature": False})
+    except pyjwt.PyJWTError:
+        return None
+    issuer = claims.get("iss") if isinstance(claims, dict) else None
+    return issuer if isinstance(issuer, str) and issuer else None
+
+
+def audiences(ctx: ServerContext, endpoint: str) -> set[str]:
+    """What ``aud`` may name: the issuer (with or without a trailing slash), the token
+    endpoint, or the endpoint being called (RFC 7523 §3)."""
+    issuer = ctx.settings.issuer
+    return {
+        issuer,
+        issuer.rstrip("/"),
+        issuer.rstrip("/") + "/",
+        ctx.endpoint_url("token"),
+        ctx.endpoint_url(endpoint),
+    }
+
+
+def record_jti(session: Session, issuer: str, jti: str, expires_at: int, now: int) -> bool:
+    """Remember a ``jti`` until it expires; False if it was seen before (a replay)."""
+    key = hashlib.sha256(f"{issuer}\x00{jti}".encode()).hexdigest()
+    existing = session.get(UsedAssertion, key)
+    if existing is not None:
+        if existing.expires_at > now:
+            return False
+        session.delete(existing)
+        session.flush()
+    try:
+        with session.begin_nested():
+            session.add(UsedAssertion(key=key, expires_at=expires_at))
+    except IntegrityError:
+        return False
+    return True
+
+
+def _keys(ctx: ServerContext, client: Client) -> dict[str, jwt.VerificationKey]:
+    keys = jwt.key_set(ctx.clients.jwks_for(client))
+    if not keys:
+        raise InvalidClient("The client has no usable public keys")
+    return keys
+
+
+def verify_client_assertion(
+    ctx: ServerContext, client: Client, assertion: str, endpoint: str
+) -> dict[str, Any]:
+    """Check a ``private_key_jwt`` assertion and consume its ``jti``.
+
+    Raises:
+        InvalidClient: bad signature, claims, lifetime, or a replayed ``jti``.
+    """
+    try:
+        claims = jwt.verify(
+            assertion,
+            _keys(ctx, client),
+            issuer=client.client_id,
+            audience=None,
+            typ=None,
+            required=("iss", "sub", "aud", "exp", "jti"),
+            leeway=30,
+        )
+    except OAuthError as exc:
+        raise InvalidClient(f"Client assertion rejected: {exc.description}") from exc
+    if claims["sub"] != client.client_id:
+        raise InvalidClient("Client assertion sub must equal the client_id (RFC 7523 §3)")
+    aud = claims["aud"]
+    # RFC 7519 §4.1.3: a string or an array of strings; anything else names nobody
+    listed = aud if isinstance(aud, list) else [aud]
+    named = {value for value in listed if isinstance(value, str)}
+    if not named & audiences(ctx, endpoint):
+        raise InvalidClient("Client assertion aud must name this authorization server")
+    now = ctx.now()
+    if int(claims["exp"]) > now + MAX_LIFETIME:
+        raise InvalidClient(f"Client assertion must expire within {MAX_LIFETIME} seconds")
+    with ctx.db.write() as session:
+        fresh = record_jti(session, client.client_id, str(claims["jti"]), int(claims["exp"]), now)
+    if not fresh:
+        audit("replay.detected", kind="client_assertion", client_id=client.client_id)
+        raise InvalidClient("Client assertion jti was already used")
+    return claims

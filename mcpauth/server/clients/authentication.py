@@ -1,0 +1,185 @@
+"""Client authentication at the token endpoint (OAuth 2.1 §2.4): exactly one method, the
+one the client registered; secrets compared as digests in constant time; failures throttled
+per client and per address (docs/security.md T18, T19)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from mcpauth.errors import InvalidClient, InvalidRequest, TooManyRequests
+from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
+from mcpauth.server.clients.assertions import (
+    unverified_subject,
+    verify_client_assertion,
+)
+from mcpauth.server.clients.directory import requests_from
+from mcpauth.server.clients.records import find_client
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest, matches
+from mcpauth.server.operations import lockout as throttle
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.models import Client
+
+CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
+# Failures are counted per (client, address) and per address, never per client alone: an
+# outsider naming a client from many addresses slows only itself. Machine secrets have full
+# entropy, so a guess spread over many addresses is hopeless and needs no per-client lock.
+SECRET_FAILURES = throttle.Limit(failures=20, window=900, lockout=60)
+ADDRESS_FAILURES = throttle.Limit(failures=100, window=900, lockout=60)
+
+
+@dataclass(frozen=True)
+class PresentedCredentials:
+    client_id: str
+    secret: str | None
+    method: str
+
+
+def _assertion_credentials(form: dict[str, str]) -> PresentedCredentials:
+    if form.get("client_assertion_type") != CLIENT_ASSERTION_TYPE:
+        raise InvalidClient("client_assertion_type must be " + CLIENT_ASSERTION_TYPE)
+    assertion = form.get("client_assertion", "")
+    client_id = unverified_subject(assertion)
+    if client_id is None:
+        raise InvalidClient("client_assertion is not a JWT with an iss claim", headers=CHALLENGE)
+    if form.get("client_id", client_id) != client_id:
+        raise InvalidRequest("client_id differs from the client assertion's issuer")
+    return PresentedCredentials(client_id, assertion, "private_key_jwt")
+
+
+def presented_credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials:
+    """The one authentication method the request uses.
+
+    Raises:
+        InvalidRequest: more than one method, or a Basic client_id that differs from the body's.
+        InvalidClient: no client identification at all, or a malformed Basic header.
+    """
+    body_secret = form.get("client_secret")
+    body_id = form.get("client_id")
+    uses_basic = bool(authorization) and str(authorization).split(" ", 1)[0].lower() == "basic"
+    if "client_assertion" in form or "client_assertion_type" in form:
+        if uses_basic or body_secret is not None:
+            raise InvalidRequest("Use exactly one client authentication method")
+        return _assertion_credentials(form)
+    if authorization and uses_basic:
+        basic = parse_basic_authorization(authorization)
+        if basic is None:
+            raise InvalidClient("The Basic authorization header is malformed", headers=CHALLENGE)
+        if body_secret is not None:
+            raise InvalidRequest("Use exactly one client authentication method")
+        if body_id is not None and body_id != basic[0]:
+            raise InvalidRequest("client_id in the body differs from the authenticated client")
+        return PresentedCredentials(basic[0], basic[1], "client_secret_basic")
+    if not body_id:
+        raise InvalidClient("Client authentication is required", headers=CHALLENGE)
+    if body_secret is not None:
+        return PresentedCredentials(body_id, body_secret, "client_secret_post")
+    return PresentedCredentials(body_id, None, "none")
+
+
+def answerable_from_memory(
+    ctx: ServerContext, credentials: PresentedCredentials, address: str
+) -> bool:
+    """True if authenticating these credentials touches neither the database nor the network:
+    a secret-authenticated client whose row and lockout state are cached and whose secret is
+    right (a wrong one is counted with a database write, which must not run on the event loop).
+    """
+    if credentials.method not in SECRET_METHODS:
+        return False
+    client = ctx.clients.cached(credentials.client_id)
+    return (
+        client is not None
+        and ctx.lockouts.are_cached(_keys(credentials, address))
+        and matches(credentials.secret or "", client.secret_digest)
+    )
+
+
+def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
+    """(client at this address, this address): the client id is digested, so a name the
+    requester chose never makes a long key."""
+    named = digest(credentials.client_id)[:32]
+    return (f"client-at:{named}:{address}", f"client-ip:{address}")
+
+
+def record_failure(
+    session: Session, credentials: PresentedCredentials, *, now: int, address: str
+) -> None:
+    """Count a failed secret or assertion for the client at this address and the address."""
+    if credentials.method != "none":
+        at_address, address_key = _keys(credentials, address)
+        throttle.record_failure(session, at_address, now, SECRET_FAILURES)
+        throttle.record_failure(session, address_key, now, ADDRESS_FAILURES)
+
+
+def authenticate(
+    ctx: ServerContext, credentials: PresentedCredentials, *, now: int, address: str
+) -> Client:
+    """The registered client the credentials prove (reads only; see :func:`record_failure`).
+    A metadata-document client is resolved (and refreshed) from its URL.
+
+    Raises:
+        InvalidClient: unknown client, wrong method or wrong secret (one uniform error).
+        TooManyRequests: too many failures for this client or address.
+    """
+    keys = _keys(credentials, address)
+    if credentials.method != "none":
+        wait = ctx.lockouts.retry_after(keys, now)
+        if wait:
+            raise TooManyRequests("Too many failed client authentications", retry_after=wait)
+    client = find_client(ctx, credentials.client_id)
+    method_ok = client is not None and client.token_endpoint_auth_method == credentials.method
+    if credentials.method in ("none", "private_key_jwt"):  # the assertion is checked after
+        if method_ok and client is not None:
+            return client
+        raise InvalidClient("Client authentication failed", headers=CHALLENGE)
+    # Always compare, so unknown clients and wrong secrets take the same time.
+    secret_ok = matches(credentials.secret or "", client.secret_digest if client else None)
+    if (
+        method_ok
+        and secret_ok
+        and client is not None
+        and (client.secret_expires_at == 0 or client.secret_expires_at > now)
+    ):
+        return client
+    raise InvalidClient("Client authentication failed", headers=CHALLENGE)
+
+
+def authenticate_request(
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    *,
+    endpoint: str,
+    credentials: PresentedCredentials | None = None,
+) -> Client:
+    """Authenticate the client of a token, revocation or introspection request
+    (``credentials``: what :func:`presented_credentials` already found in it).
+
+    Raises:
+        InvalidRequest: the request mixes authentication methods.
+        InvalidClient: authentication failed (the failure is counted).
+        TooManyRequests: the client or address is locked out.
+    """
+    credentials = credentials or presented_credentials(authorization, form)
+    now = ctx.now()
+    try:
+        # a metadata document or jwks_uri fetched for this request counts against the address
+        with requests_from(address):
+            client = authenticate(ctx, credentials, now=now, address=address)
+            if credentials.method == "private_key_jwt" and credentials.secret is not None:
+                verify_client_assertion(ctx, client, credentials.secret, endpoint)
+    except InvalidClient:
+        with ctx.db.write() as session:
+            record_failure(session, credentials, now=now, address=address)
+        ctx.lockouts.forget(_keys(credentials, address))
+        audit(
+            "client.authentication_failed",
+            client_id=credentials.client_id[:200],
+            method=credentials.method,
+            address=address,
+        )
+        raise
+    return client

@@ -1,0 +1,242 @@
+"""RFC 7591 client metadata validation: every field checked, errors name the field.
+
+The result is what gets stored and echoed; unknown members are ignored (RFC 7591 §2) and
+client-chosen ``client_id``/``client_secret`` values never are used (docs/security.md T22)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpauth.errors import InvalidClientMetadata
+from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
+from mcpauth.server.authorization.redirect_uris import check_redirect_uri, host_of
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+
+REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
+ADMIN_GRANTS = ("client_credentials", JWT_BEARER)
+_FORBIDDEN_GRANTS = {
+    "implicit": "the implicit grant is removed in OAuth 2.1",
+    "password": "the password grant must not be used (RFC 9700 §2.4)",
+    "client_credentials": "client_credentials clients are pre-registered by an administrator",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_REDIRECT_URIS = 20
+MAX_STRING = 200
+URI_FIELDS = ("client_uri", "logo_uri", "tos_uri", "policy_uri", "jwks_uri")
+
+
+@dataclass
+class ValidatedClient:
+    """Client metadata that passed every check, ready to store."""
+
+    redirect_uris: list[str]
+    grant_types: list[str]
+    response_types: list[str]
+    token_endpoint_auth_method: str
+    application_type: str
+    client_name: str
+    scope: str | None
+    jwks: dict[str, Any] | None
+    jwks_uri: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def document(self) -> dict[str, Any]:
+        """The registered metadata as echoed in RFC 7591/7592 responses."""
+        doc: dict[str, Any] = {
+            "redirect_uris": self.redirect_uris,
+            "grant_types": self.grant_types,
+            "response_types": self.response_types,
+            "token_endpoint_auth_method": self.token_endpoint_auth_method,
+            "application_type": self.application_type,
+            "client_name": self.client_name,
+        }
+        for key in ("scope", "jwks", "jwks_uri"):
+            value = getattr(self, key)
+            if value is not None:
+                doc[key] = value
+        doc.update(self.extra)
+        return doc
+
+
+def _string(raw: dict[str, Any], name: str, *, limit: int = MAX_STRING) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidClientMetadata(f"{name}: must be a string")
+    if len(value) > limit:
+        raise InvalidClientMetadata(f"{name}: longer than {limit} characters")
+    if _CONTROL.search(value):
+        raise InvalidClientMetadata(f"{name}: must not contain control characters")
+    return value
+
+
+def _string_list(raw: dict[str, Any], name: str, *, limit: int) -> list[str] | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidClientMetadata(f"{name}: must be an array of strings")
+    if len(value) > limit:
+        raise InvalidClientMetadata(f"{name}: more than {limit} entries")
+    return list(dict.fromkeys(value))
+
+
+def _https_uri(raw: dict[str, Any], name: str) -> str | None:
+    value = _string(raw, name, limit=2000)
+    if value is None:
+        return None
+    try:
+        parts = parse_url(value)
+    except MalformedURL as exc:
+        raise InvalidClientMetadata(f"{name}: {exc}") from exc
+    if parts.scheme != "https" or not parts.hostname or "@" in parts.netloc or parts.fragment:
+        raise InvalidClientMetadata(f"{name}: must be an https URL without userinfo or fragment")
+    return value
+
+
+def _grants(raw: dict[str, Any], admin: bool) -> tuple[list[str], list[str]]:
+    grants = _string_list(raw, "grant_types", limit=10) or ["authorization_code"]
+    allowed = (*REGISTRABLE_GRANTS, *ADMIN_GRANTS) if admin else REGISTRABLE_GRANTS
+    for grant in grants:
+        if grant not in allowed and grant in _FORBIDDEN_GRANTS:
+            raise InvalidClientMetadata(f"grant_types: {_FORBIDDEN_GRANTS[grant]}")
+        if grant not in allowed:
+            raise InvalidClientMetadata(f"grant_types: {grant!r} is not supported")
+    code_flow = "authorization_code" in grants
+    default_responses = ["code"] if code_flow else []
+    responses = _string_list(raw, "response_types", limit=5)
+    responses = default_responses if responses is None else responses
+    for response in responses:
+        if response != "code":
+            raise InvalidClientMetadata(
+                f"response_types: {response!r} is not supported; use 'code'"
+            )
+    # RFC 7591 §2.1: grant_types and response_types must agree
+    if code_flow != ("code" in responses):
+        raise InvalidClientMetadata(
+            "grant_types and response_types disagree: 'authorization_code' goes with 'code'"
+        )
+    if "refresh_token" in grants and not code_flow:
+        raise InvalidClientMetadata("grant_types: 'refresh_token' needs 'authorization_code'")
+    return grants, responses
+
+
+def _application_type(raw: dict[str, Any], uris: list[str]) -> str:
+    declared = _string(raw, "application_type")
+    if declared is None:
+        # Clients from before application_type (MCP 2026-07-28) registering loopback or
+        # private-use redirects are native apps (RFC 8252).
+        native = all(
+            not u.lower().startswith("https:")
+            and (not u.lower().startswith("http:") or is_loopback_host(host_of(u)))
+            for u in uris
+        )
+        return "native" if native and uris else "web"
+    if declared not in ("native", "web"):
+        raise InvalidClientMetadata("application_type: must be 'native' or 'web'")
+    return declared
+
+
+def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
+    value = _string(raw, "scope", limit=2000)
+    if value is None:
+        return None
+    scopes = value.split(" ")
+    for scope in scopes:
+        if not SCOPE_TOKEN.match(scope):
+            raise InvalidClientMetadata("scope: must be space-separated scope tokens")
+        if scope not in known:
+            raise InvalidClientMetadata(f"scope: unknown scope {scope!r}")
+    return " ".join(dict.fromkeys(scopes))
+
+
+def _auth_method(raw: dict[str, Any], supported: tuple[str, ...]) -> str:
+    method = _string(raw, "token_endpoint_auth_method") or "client_secret_basic"
+    if method not in supported:
+        choices = ", ".join(supported)
+        raise InvalidClientMetadata(
+            f"token_endpoint_auth_method: {method!r} is not supported; use one of {choices}"
+        )
+    return method
+
+
+def _jwks(raw: dict[str, Any]) -> dict[str, Any] | None:
+    value = raw.get("jwks")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("keys"), list):
+        raise InvalidClientMetadata("jwks: must be a JSON Web Key Set object with 'keys'")
+    if len(value["keys"]) > 10:
+        raise InvalidClientMetadata("jwks: more than 10 keys")
+    for key in value["keys"]:
+        if not isinstance(key, dict) or "d" in key or key.get("kty") == "oct":
+            raise InvalidClientMetadata("jwks: keys must be public asymmetric keys")
+    return value
+
+
+def _extras(raw: dict[str, Any]) -> dict[str, Any]:
+    """The optional descriptive members, each checked."""
+    extra: dict[str, Any] = {}
+    for name in ("client_uri", "logo_uri", "tos_uri", "policy_uri"):
+        if (uri := _https_uri(raw, name)) is not None:
+            extra[name] = uri
+    for name in ("software_id", "software_version"):
+        if (text := _string(raw, name)) is not None:
+            extra[name] = text
+    contacts = _string_list(raw, "contacts", limit=10)
+    if contacts is not None:
+        if any(len(c) > MAX_STRING for c in contacts):
+            raise InvalidClientMetadata(f"contacts: entries longer than {MAX_STRING} characters")
+        extra["contacts"] = contacts
+    return extra
+
+
+def validate_client_metadata(
+    raw: object,
+    *,
+    known_scopes: set[str],
+    auth_methods: tuple[str, ...] = AUTH_METHODS,
+    admin: bool = False,
+) -> ValidatedClient:
+    """Check an RFC 7591 registration request body (``admin``: also client_credentials).
+
+    Raises:
+        InvalidClientMetadata: a field is malformed or not allowed.
+        InvalidRedirectUri: a redirect URI breaks the registration rules.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidClientMetadata("the request body must be a JSON object")
+    grants, responses = _grants(raw, admin)
+    uris = _string_list(raw, "redirect_uris", limit=MAX_REDIRECT_URIS) or []
+    if not uris and "authorization_code" in grants:
+        raise InvalidClientMetadata("redirect_uris: required for the authorization_code grant")
+    application_type = _application_type(raw, uris)
+    for index, uri in enumerate(uris):
+        check_redirect_uri(uri, application_type=application_type, field=f"redirect_uris[{index}]")
+    method = _auth_method(raw, auth_methods)
+    jwks = _jwks(raw)
+    jwks_uri = _https_uri(raw, "jwks_uri")
+    if jwks is not None and jwks_uri is not None:
+        raise InvalidClientMetadata("jwks and jwks_uri must not both be present (RFC 7591 §2)")
+    if method == "private_key_jwt" and jwks is None and jwks_uri is None:
+        raise InvalidClientMetadata("private_key_jwt requires jwks or jwks_uri")
+    if method == "none" and ({"client_credentials", JWT_BEARER} & set(grants)):
+        raise InvalidClientMetadata("client_credentials and jwt-bearer need a confidential client")
+    client_name = _string(raw, "client_name")
+    if client_name is not None and not client_name.strip():
+        raise InvalidClientMetadata("client_name: must not be blank")
+    return ValidatedClient(
+        redirect_uris=uris,
+        grant_types=grants,
+        response_types=responses,
+        token_endpoint_auth_method=method,
+        application_type=application_type,
+        client_name=client_name or "",
+        scope=_scope(raw, known_scopes),
+        jwks=jwks,
+        jwks_uri=jwks_uri,
+        extra=_extras(raw),
+    )

@@ -1,0 +1,302 @@
+"""Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document, AS-06..AS-18):
+a ``client_id`` that is an https URL names a JSON document that describes the client. It is
+fetched with the SSRF-safe client (:mod:`.ssrf`), validated like an RFC 7591 registration plus
+the CIMD rules, and returned as an unsaved ``Client(source="cimd")``. Validated documents are
+cached per URL within bounds; invalid documents never are (AS-10). Fetch failures are
+remembered briefly by the server's fetch gate (:mod:`.fetch_admission`), and are described to
+the requester only as "could not be fetched"."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from mcpauth.caching import freshness_lifetime
+from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
+from mcpauth.server.clients.client_metadata import validate_client_metadata
+from mcpauth.server.clients.fetch_admission import FetchDeclined
+from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
+from mcpauth.server.config import Settings
+from mcpauth.server.storage.models import Client
+
+Fetcher = Callable[[str], FetchedResponse]
+MAX_URL_LENGTH = 2048  # the clients.client_id column
+MAX_DEPTH = 16  # a client metadata document nests 4-5 levels (jwks.keys[].x5c[])
+MIN_TTL, DEFAULT_TTL, MAX_TTL = 60, 300, 24 * 3600
+_AUTH_METHODS = ("none", "private_key_jwt")
+_UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
+_DOT_SEGMENTS = {".", ".."}
+NOT_FETCHED = "the client metadata document could not be fetched"
+log = logging.getLogger(__name__)
+
+
+class CIMDError(InvalidClient):
+    """The ``client_id`` URL, its document, or fetching it broke a rule; the description says
+    which and may be shown to the user. An ``invalid_client`` error: the authorization endpoint
+    must not redirect (the redirect URI is unverified), the token endpoint answers 401."""
+
+
+def is_cimd_client_id(client_id: str) -> bool:
+    """True if ``client_id`` is meant as a metadata document URL (locally issued client IDs
+    never start with ``https://``, AS-32)."""
+    return client_id[:8].lower() == "https://"
+
+
+def check_client_id_url(client_id: str) -> str:
+    """Check the CIMD client identifier URL rules (AS-15) and return it unchanged.
+
+    Raises:
+        CIMDError: the URL breaks a rule; the description names it.
+    """
+    if len(client_id) > MAX_URL_LENGTH:
+        raise CIMDError(f"client_id URL is longer than {MAX_URL_LENGTH} characters")
+    if _UNSAFE.search(client_id):
+        raise CIMDError("client_id URL must not contain spaces, control characters or '\\'")
+    parts = urlsplit(client_id)
+    # CIMD §3: MUST use https, MUST contain a path, MUST NOT contain dot segments, a fragment,
+    # or userinfo; SHOULD NOT contain a query (refused here); MAY contain a port
+    if parts.scheme != "https":
+        raise CIMDError("client_id URL must use the https scheme")
+    if "#" in client_id:
+        raise CIMDError("client_id URL must not contain a fragment")
+    if "@" in parts.netloc:
+        raise CIMDError("client_id URL must not contain a username or password")
+    if "?" in client_id:
+        raise CIMDError("client_id URL must not contain a query")
+    if not parts.hostname:
+        raise CIMDError("client_id URL must name a host")
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError as exc:
+        raise CIMDError("client_id URL has an invalid port") from exc
+    if parts.path in ("", "/"):
+        raise CIMDError("client_id URL must contain a path, not just '/'")
+    if any(unquote(segment) in _DOT_SEGMENTS for segment in parts.path.split("/")):
+        raise CIMDError("client_id URL must not contain '.' or '..' path segments")
+    return client_id
+
+
+def _check_host_policy(settings: Settings, client_id: str) -> None:
+    """AS-18: the administrator's deny list wins; ``.example.com`` denies every subdomain."""
+    host = (urlsplit(client_id).hostname or "").rstrip(".")
+    for entry in (e.strip().lower().strip("[]").rstrip(".") for e in settings.cimd_deny_hosts):
+        if entry and (host == entry or (entry.startswith(".") and host.endswith(entry))):
+            raise CIMDError(f"client metadata documents from {host} are not accepted here")
+
+
+def _check_depth(content: bytes) -> None:
+    """Refuse deep nesting before ``json.loads`` can recurse on it."""
+    depth, in_string, escaped = 0, False, False
+    for byte in content:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise CIMDError(f"client metadata document nests deeper than {MAX_DEPTH} levels")
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("duplicate member names")
+    return members
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse(response: FetchedResponse) -> dict[str, Any]:
+    """AS-12: the document must be a valid JSON object served as JSON."""
+    mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if mime != "application/json" and not (
+        mime.startswith("application/") and mime.endswith("+json")
+    ):
+        raise CIMDError(
+            f"client metadata document must be served as application/json, not {mime or 'untyped'}"
+        )
+    _check_depth(response.content)
+    try:
+        document = json.loads(
+            response.content, object_pairs_hook=_unique_members, parse_constant=_refuse_constant
+        )
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CIMDError(f"client metadata document is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise CIMDError("client metadata document must be a JSON object")
+    return document
+
+
+def _check_required(document: dict[str, Any], client_id: str) -> None:
+    # AS-09, CIMD §4.1: the document's client_id equals the URL, by simple string comparison
+    # (RFC 3986 §6.2.1)
+    declared = document.get("client_id")
+    if declared != client_id:
+        shown = repr(declared)[:120] if declared is not None else "missing"
+        raise CIMDError(f"client metadata document's client_id ({shown}) is not its URL")
+    # AS-12: client_name and redirect_uris are required
+    name = document.get("client_name")
+    if not isinstance(name, str) or not name.strip():
+        raise CIMDError("client metadata document must have a non-empty client_name")
+    uris = document.get("redirect_uris")
+    if not isinstance(uris, list) or not uris:
+        raise CIMDError("client metadata document must list its redirect_uris")
+    # AS-16, CIMD §4.1: no shared secrets of any kind
+    if "client_secret" in document or "client_secret_expires_at" in document:
+        raise CIMDError("client metadata document must not contain a client_secret")
+    method = document.get("token_endpoint_auth_method", "none")
+    if isinstance(method, str) and method.startswith("client_secret"):
+        raise CIMDError(
+            f"token_endpoint_auth_method {method!r} is not allowed for metadata document "
+            "clients (no shared secrets); use 'none' or 'private_key_jwt'"
+        )
+
+
+def _declared_scopes(document: dict[str, Any]) -> set[str]:
+    scope = document.get("scope")
+    return set(scope.split(" ")) if isinstance(scope, str) else set()
+
+
+def _client_fields(client_id: str, document: dict[str, Any]) -> dict[str, Any]:
+    """Validate the document; return the ``Client`` columns to build (cacheable, immutable)."""
+    _check_required(document, client_id)
+    raw = dict(document)
+    raw.setdefault("token_endpoint_auth_method", "none")  # no secret can exist: public
+    try:
+        # RFC 7591 rules: redirect URIs (native when all loopback/custom, RFC 8252), grants
+        # limited to authorization_code/refresh_token, private_key_jwt needs jwks or jwks_uri
+        validated = validate_client_metadata(
+            raw, known_scopes=_declared_scopes(document), auth_methods=_AUTH_METHODS
+        )
+    except (InvalidClientMetadata, InvalidRedirectUri) as exc:
+        raise CIMDError(f"client metadata document: {exc.description}") from exc
+    return {
+        "client_name": validated.client_name,
+        "redirect_uris": validated.redirect_uris,
+        "grant_types": validated.grant_types,
+        "response_types": validated.response_types,
+        # AS-16: private_key_jwt makes the client confidential; the token endpoint requires it
+        "token_endpoint_auth_method": validated.token_endpoint_auth_method,
+        "application_type": validated.application_type,
+        "scope": validated.scope,
+        "jwks": validated.jwks,
+        "jwks_uri": validated.jwks_uri,
+        "client_metadata": {"client_id": client_id, **validated.document()},
+    }
+
+
+def cache_lifetime(headers: Mapping[str, str], now: float) -> int:
+    """How long to keep a valid document, in seconds (0: do not keep it).
+
+    ``no-store``/``no-cache``/a zero or past lifetime → 0; no caching headers → 5 minutes;
+    otherwise ``s-maxage``, ``max-age`` or ``Expires`` clamped to [60 s, 24 h].
+    """
+    lifetime = freshness_lifetime(headers, now)
+    if lifetime is None:
+        return DEFAULT_TTL
+    if lifetime <= 0:
+        return 0
+    return int(min(max(lifetime, MIN_TTL), MAX_TTL))
+
+
+class MetadataCache:
+    """Validated documents by URL: least recently used out first, safe across threads."""
+
+    def __init__(self, max_entries: int = 1000) -> None:
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, url: str, now: float) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(url)
+            if entry is None:
+                return None
+            if entry[0] <= now:
+                del self._entries[url]
+                return None
+            self._entries.move_to_end(url)
+            return entry[1]
+
+    def put(self, url: str, fields: dict[str, Any], expires_at: float) -> None:
+        with self._lock:
+            self._entries[url] = (expires_at, fields)
+            self._entries.move_to_end(url)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def fetcher_for(settings: Settings, **options: Any) -> SafeFetcher:
+    """The SSRF-safe fetcher the CIMD settings describe (``options``: e.g. ``ssl_context``)."""
+    return SafeFetcher(
+        allow_hosts=settings.cimd_allow_hosts,
+        deny_hosts=settings.cimd_deny_hosts,
+        timeout=settings.cimd_timeout,
+        max_bytes=settings.cimd_max_bytes,
+        **options,
+    )
+
+
+def _new_client(client_id: str, fields: dict[str, Any], now: float) -> Client:
+    copied = json.loads(json.dumps(fields))  # callers may mutate; the cache must not change
+    return Client(client_id=client_id, source="cimd", created_at=int(now), **copied)
+
+
+def resolve_client_metadata_document(
+    settings: Settings,
+    client_id: str,
+    *,
+    fetcher: Fetcher | None = None,
+    cache: MetadataCache | None = None,
+) -> Client:
+    """Resolve a URL ``client_id`` to an unsaved ``Client(source="cimd")``.
+
+    Blocking. ``fetcher`` defaults to ``fetcher_for(settings)``; the server passes one that
+    suspends the worker thread's call while the fetch runs on the event loop
+    (``clients/directory.py``). Without ``cache`` every call fetches.
+
+    Raises:
+        CIMDError: metadata documents are disabled; the URL breaks a CIMD rule or its host is
+            denied; fetching failed or was declined by a limit (AS-14: the authorization must
+            then be aborted; the description never says how a fetch failed); the
+            document is not JSON, its ``client_id`` is not the URL, or its metadata is invalid.
+    """
+    if not settings.cimd_enabled:
+        raise CIMDError("this server does not accept client metadata document URLs")
+    check_client_id_url(client_id)
+    _check_host_policy(settings, client_id)
+    now = time.time()
+    cached = cache.get(client_id, now) if cache is not None else None
+    if cached is not None:
+        return _new_client(client_id, cached, now)
+    fetch = fetcher or fetcher_for(settings)
+    try:
+        response = fetch(client_id)
+    except FetchDeclined as exc:
+        raise CIMDError(exc.message) from exc
+    except FetchError as exc:
+        # Not an oracle: the requester learns that the fetch failed, never which address the
+        # host resolved to or how the connection ended (the log has that).
+        log.warning("client metadata document not fetched: %s", exc.message)
+        raise CIMDError(NOT_FETCHED) from exc
+    fields = _client_fields(client_id, _parse(response))
+    # AS-10: only a document that passed every check is cached, for as long as HTTP allows
+    lifetime = cache_lifetime(response.headers, now)
+    if cache is not None and lifetime > 0:
+        cache.put(client_id, fields, now + lifetime)
+    return _new_client(client_id, fields, now)

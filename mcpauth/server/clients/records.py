@@ -1,0 +1,132 @@
+"""Client creation (registration and the admin command line) and client authentication at
+the token endpoint (RFC 6749 §2.3; secrets compared as digests in constant time)."""
+
+from __future__ import annotations
+
+import secrets as _random
+import unicodedata
+from typing import Any
+from urllib.parse import quote
+
+from sqlmodel import select
+
+from mcpauth import oauth
+from mcpauth.errors import InvalidClient, InvalidClientMetadata
+from mcpauth.server.browser.display import clean_name
+from mcpauth.server.clients.client_metadata import ValidatedClient
+from mcpauth.server.clients.metadata_documents import is_cimd_client_id
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.storage.models import Client
+from mcpauth.uris import MalformedURL, parse_url
+
+# Token endpoint client authentication methods this server implements (RFC 8414 order).
+AUTH_METHODS = oauth.AUTH_METHODS
+
+
+def new_client_id() -> str:
+    # Never starts with "https://", so it cannot be mistaken for a CIMD URL (AS-32).
+    return _random.token_urlsafe(18)
+
+
+def _comparable(name: str) -> str:
+    return " ".join(clean_name(unicodedata.normalize("NFKC", name)).casefold().split())
+
+
+def check_name_is_free(ctx: ServerContext, name: str, *, client_id: str | None = None) -> None:
+    """A self-registered client may not take the name of a client the operator registered:
+    the consent page would show it as that (often first-party) application. Names compare as
+    people read them: NFKC, case-folded, invisible characters dropped, white space collapsed.
+
+    Raises:
+        InvalidClientMetadata: an admin-registered client has that name.
+    """
+    wanted = _comparable(name)
+    if not wanted:
+        return
+    with ctx.db.read() as session:
+        query = select(Client.client_name).where(Client.source == "admin")
+        taken = session.exec(query.where(Client.client_id != client_id)).all()
+    if any(_comparable(each) == wanted for each in taken):
+        raise InvalidClientMetadata(
+            "client_name: that name belongs to a client registered by the operator"
+        )
+
+
+def find_client(ctx: ServerContext, client_id: str) -> Client | None:
+    """The client named ``client_id`` (a metadata document URL is resolved), for every endpoint.
+
+    Raises:
+        InvalidClient: the ``client_id`` URL cannot be parsed, or its document cannot be used.
+    """
+    if is_cimd_client_id(client_id):
+        try:
+            parse_url(client_id)
+        except MalformedURL as exc:
+            raise InvalidClient(f"The client_id is a {exc}") from exc
+    return ctx.clients.find(ctx.db, client_id)
+
+
+def configuration_uri(ctx: ServerContext, client_id: str) -> str:
+    """RFC 7592 client configuration endpoint of one client."""
+    return ctx.endpoint_url(f"register/{quote(client_id, safe='')}")
+
+
+def apply_metadata(row: Client, validated: ValidatedClient) -> None:
+    """Copy validated metadata onto a stored client (registration and RFC 7592 updates)."""
+    row.client_name = validated.client_name
+    row.redirect_uris = validated.redirect_uris
+    row.grant_types = validated.grant_types
+    row.response_types = validated.response_types
+    row.token_endpoint_auth_method = validated.token_endpoint_auth_method
+    row.application_type = validated.application_type
+    row.scope = validated.scope
+    row.jwks = validated.jwks
+    row.jwks_uri = validated.jwks_uri
+    row.client_metadata = validated.document()
+
+
+def create_client(
+    ctx: ServerContext,
+    validated: ValidatedClient,
+    *,
+    source: str,
+    first_party: bool = False,
+    introspect: bool = False,
+) -> dict[str, Any]:
+    """Store a new client; return its RFC 7591 §3.2.1 information with the secrets, shown once."""
+    now = ctx.now()
+    client_id = new_client_id()
+    secret = (
+        new_token() if validated.token_endpoint_auth_method.startswith("client_secret") else None
+    )
+    registration_token = new_token()
+    row = Client(
+        client_id=client_id,
+        secret_digest=digest(secret) if secret else None,
+        client_name=validated.client_name,
+        redirect_uris=validated.redirect_uris,
+        grant_types=validated.grant_types,
+        response_types=validated.response_types,
+        token_endpoint_auth_method=validated.token_endpoint_auth_method,
+        application_type=validated.application_type,
+        scope=validated.scope,
+        jwks=validated.jwks,
+        jwks_uri=validated.jwks_uri,
+        client_metadata=validated.document(),
+        first_party=first_party,
+        introspect=introspect,
+        registration_token_digest=digest(registration_token),
+        source=source,
+        created_at=now,
+    )
+    with ctx.db.write() as session:
+        session.add(row)
+    info: dict[str, Any] = {"client_id": client_id, "client_id_issued_at": now}
+    if secret:
+        info["client_secret"] = secret
+        info["client_secret_expires_at"] = 0
+    info["registration_access_token"] = registration_token
+    info["registration_client_uri"] = configuration_uri(ctx, client_id)
+    info.update(validated.document())
+    return info

@@ -1,0 +1,56 @@
+"""RFC 7591 dynamic client registration (MCP: MAY, deprecated in 2026-07-28 but still what
+most clients use)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.errors import InvalidToken
+from mcpauth.server.clients import records
+from mcpauth.server.clients.client_metadata import ValidatedClient, validate_client_metadata
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.crypto import digest, matches
+from mcpauth.server.http import NO_STORE, client_metadata_body, json_response
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.registry import all_scopes
+from mcpauth.server.threads import run_blocking
+
+
+def _check_initial_access_token(ctx: ServerContext, request: Request) -> None:
+    expected = ctx.settings.initial_access_token
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if not expected or scheme.lower() != "bearer" or not matches(token.strip(), digest(expected)):
+        raise InvalidToken(
+            "Registration requires a valid initial access token",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
+
+
+def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
+    with ctx.db.read() as session:
+        known = set(all_scopes(session))
+    if ctx.settings.offline_access:
+        known.add("offline_access")
+    validated: ValidatedClient = validate_client_metadata(
+        raw, known_scopes=known, auth_methods=records.AUTH_METHODS
+    )
+    records.check_name_is_free(ctx, validated.client_name)
+    info = records.create_client(ctx, validated, source="dcr")
+    audit(
+        "client.registered",
+        client_id=info["client_id"],
+        source="dcr",
+        auth_method=validated.token_endpoint_auth_method,
+    )
+    return info
+
+
+async def register(request: Request) -> Response:
+    ctx = get_context(request)
+    if ctx.settings.registration_policy == "token":
+        _check_initial_access_token(ctx, request)
+    raw = await client_metadata_body(request, ctx.settings.max_body_bytes)
+    info = await run_blocking(_register, ctx, raw)
+    return json_response(info, 201, headers=NO_STORE)

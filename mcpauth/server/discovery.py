@@ -1,0 +1,95 @@
+"""RFC 8414 authorization server metadata, also served as OpenID Connect discovery; the
+``issuer`` is the configured one byte for byte (RFC 8414 §3.3, MCP AS-03)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.errors import MCPAuthError
+from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.server.clients.assertions import SIGNING_ALGS
+from mcpauth.server.clients.records import AUTH_METHODS
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.http import json_response
+from mcpauth.server.storage import migrate
+from mcpauth.server.storage.registry import all_scopes
+from mcpauth.server.threads import run_blocking
+from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
+
+GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
+
+
+def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
+    settings = ctx.settings
+    if settings.offline_access:
+        scopes = sorted({*scopes, "offline_access"})
+    document = AuthorizationServerMetadata(
+        issuer=settings.issuer,
+        authorization_endpoint=ctx.endpoint_url("authorize"),
+        token_endpoint=ctx.endpoint_url("token"),
+        jwks_uri=ctx.endpoint_url("jwks.json"),
+        registration_endpoint=(
+            ctx.endpoint_url("register") if settings.registration_policy != "closed" else None
+        ),
+        scopes_supported=scopes,
+        response_types_supported=["code"],
+        response_modes_supported=["query"],
+        grant_types_supported=GRANT_TYPES + ([JWT_BEARER] if settings.trusted_idps else []),
+        token_endpoint_auth_methods_supported=list(AUTH_METHODS),
+        token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
+        revocation_endpoint=ctx.endpoint_url("revoke"),
+        revocation_endpoint_auth_methods_supported=list(AUTH_METHODS),
+        introspection_endpoint=ctx.endpoint_url("introspect"),
+        introspection_endpoint_auth_methods_supported=[m for m in AUTH_METHODS if m != "none"],
+        code_challenge_methods_supported=["S256"],
+        authorization_response_iss_parameter_supported=True,
+        client_id_metadata_document_supported=settings.cimd_enabled,
+        subject_types_supported=["public"],
+    )
+    return document.to_json()
+
+
+def _load_scopes(ctx: ServerContext) -> list[str]:
+    with ctx.db.read() as session:
+        return all_scopes(session)
+
+
+async def metadata(request: Request) -> Response:
+    ctx = get_context(request)
+    scopes = await run_blocking(_load_scopes, ctx)
+    return json_response(build_metadata(ctx, scopes), headers={"Cache-Control": "max-age=300"})
+
+
+async def jwks(request: Request) -> Response:
+    ctx = get_context(request)
+    document = await run_blocking(ctx.keys.jwks)
+    return json_response(document, headers={"Cache-Control": "max-age=300"})
+
+
+async def health(request: Request) -> Response:
+    """Liveness: the process answers."""
+    return json_response({"status": "ok"}, headers={"Cache-Control": "no-store"})
+
+
+def _readiness(ctx: ServerContext) -> str | None:
+    try:
+        if not migrate.is_current(ctx.db.engine):
+            return "the database schema is not at the newest revision"
+        ctx.keys.signer()
+    except (SQLAlchemyError, MCPAuthError) as exc:
+        return f"{type(exc).__name__}: not ready"
+    return None
+
+
+async def ready(request: Request) -> Response:
+    """Readiness: the database answers, its schema is current, a signing key is loaded."""
+    problem = await run_blocking(_readiness, get_context(request))
+    if problem is not None:
+        return json_response(
+            {"status": "unavailable", "reason": problem}, 503, headers={"Cache-Control": "no-store"}
+        )
+    return json_response({"status": "ready"}, headers={"Cache-Control": "no-store"})

@@ -1,0 +1,160 @@
+"""The token endpoint (OAuth 2.1 §3.2): client authentication, then the grant's own module.
+Responses are never cached (RFC 6749 §5.1)."""
+
+from __future__ import annotations
+
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from mcpauth.errors import (
+    InvalidRequest,
+    OAuthError,
+    UnauthorizedClient,
+    UnsupportedGrantType,
+)
+from mcpauth.jwt import compact_json
+from mcpauth.server.clients import authentication as client_auth
+from mcpauth.server.clients.authentication import PresentedCredentials
+from mcpauth.server.context import ServerContext
+from mcpauth.server.http import (
+    ALLOW_ANY_ORIGIN,
+    CORS_HEADERS,
+    NO_STORE,
+    error_response,
+    parse_form,
+    receive_body,
+    require_form,
+)
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.threads import run_blocking
+from mcpauth.server.tokens.grants import (
+    authorization_code,
+    client_credentials,
+    jwt_bearer,
+    refresh_token,
+)
+from mcpauth.server.tokens.issuance import Issuance
+
+GRANTS = {
+    "authorization_code": authorization_code.exchange,
+    "refresh_token": refresh_token.refresh,
+    "client_credentials": client_credentials.issue,
+    jwt_bearer.GRANT: jwt_bearer.issue,
+}
+
+
+def _handle(
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    credentials: PresentedCredentials | None,
+) -> Issuance:
+    grant_type = form.get("grant_type")
+    if not grant_type:
+        raise InvalidRequest("grant_type is required")
+    handler = GRANTS.get(grant_type)
+    if handler is None:
+        raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
+    client = client_auth.authenticate_request(
+        ctx, form, authorization, address, endpoint="token", credentials=credentials
+    )
+    if grant_type not in client.grant_types:
+        raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
+    issuance = handler(ctx, client, form)
+    claims = issuance.claims
+    audit(
+        "token.refreshed" if grant_type == "refresh_token" else "token.issued",
+        grant_type=grant_type,
+        client_id=client.client_id,
+        sub=claims["sub"],
+        aud=claims["aud"],
+        jti=claims["jti"],
+        refresh_token=issuance.refresh_token is not None,
+    )
+    return issuance
+
+
+def _respond(
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    credentials: PresentedCredentials | None,
+) -> bytes:
+    """The whole token request in one worker thread: database, signing and JSON body."""
+    body = _handle(ctx, form, authorization, address, credentials).response(ctx)
+    return compact_json(body)
+
+
+def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
+    """The request's client credentials, parsed once; None if they are malformed (then
+    :func:`_handle` raises the error in its place, after the grant type is checked)."""
+    try:
+        return client_auth.presented_credentials(authorization, form)
+    except OAuthError:
+        return None
+
+
+def _in_memory(
+    ctx: ServerContext,
+    form: dict[str, str],
+    credentials: PresentedCredentials | None,
+    address: str,
+) -> bool:
+    """A client_credentials request whose client, lockout state and resources are all cached
+    does no I/O: it is answered on the event loop, saving the worker-thread hop."""
+    return (
+        form.get("grant_type") == client_credentials.GRANT
+        and credentials is not None
+        and ctx.resources.is_cached()
+        and ctx.keys.is_fresh()
+        and client_auth.answerable_from_memory(ctx, credentials, address)
+    )
+
+
+class TokenEndpoint:
+    """The token endpoint as a bare ASGI app: every token a client gets passes through here,
+    so it reads the few headers it needs from the scope and writes its answer directly,
+    without Starlette's request and response objects. CORS is allowed (browser clients)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] == "OPTIONS":
+            await Response(status_code=204, headers=CORS_HEADERS)(scope, receive, send)
+            return
+        ctx: ServerContext = scope["app"].state.mcpauth
+        content_type = authorization = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == b"content-length" and length is None:
+                length = value.decode("latin-1")
+        client = scope.get("client")
+        address = client[0] if client else "unknown"
+        try:
+            require_form(content_type or "")
+            form = parse_form(await receive_body(receive, length, ctx.settings.max_body_bytes))
+            credentials = _credentials(authorization, form)
+            if _in_memory(ctx, form, credentials, address):
+                body = _respond(ctx, form, authorization, address, credentials)
+            else:
+                body = await run_blocking(_respond, ctx, form, authorization, address, credentials)
+        except ClientDisconnect:
+            return  # nobody left to answer
+        except OAuthError as error:
+            response = error_response(error, headers=ALLOW_ANY_ORIGIN)
+            await response(scope, receive, send)
+            return
+        headers = [*_RESPONSE_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+_RESPONSE_HEADERS = [
+    (b"content-type", b"application/json"),
+    *((k.lower().encode(), v.encode()) for k, v in {**NO_STORE, **ALLOW_ANY_ORIGIN}.items()),
+]
+token = TokenEndpoint()

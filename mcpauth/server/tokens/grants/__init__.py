@@ -1,0 +1,1 @@
+"""The grants of the token endpoint, one module each."""

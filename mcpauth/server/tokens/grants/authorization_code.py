@@ -1,0 +1,86 @@
+"""The authorization_code grant (OAuth 2.1 §4.1.3): one redemption per code, decided by the
+database; a replayed code revokes every token of its grant (OAuth 2.1 §4.1.3, docs/security.md
+T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.server.authorization import checks
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
+from mcpauth.uris import URIError, canonical_resource
+
+
+def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None:
+    if code.client_id != client.client_id:
+        raise InvalidGrant("The code was issued to another client")
+    redirect_uri = form.get("redirect_uri")
+    if redirect_uri is None:
+        raise InvalidRequest("redirect_uri is required")
+    if redirect_uri != code.redirect_uri:
+        raise InvalidGrant("redirect_uri differs from the authorization request")
+    checks.check_code_verifier(form.get("code_verifier"), code.code_challenge)
+    if "resource" in form:
+        try:
+            resource = canonical_resource(form["resource"])
+        except URIError as exc:
+            raise InvalidTarget(f"resource: {exc}") from exc
+        if resource != code.resource:
+            raise InvalidTarget("resource differs from the authorization request")
+
+
+def _redeem(
+    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
+) -> Issuance | OAuthError:
+    code_value = form.get("code")
+    if not code_value:
+        return InvalidRequest("code is required")
+    code = grants.code_by_digest(conn, digest(code_value))
+    if code is None or code.client_id != client.client_id:
+        return InvalidGrant("The authorization code is invalid")
+    if code.redeemed_at is not None or not grants.redeem_code(conn, code.digest, now):
+        grants.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
+        audit(
+            "replay.detected",
+            kind="authorization_code",
+            client_id=client.client_id,
+            grant_id=code.grant_id,
+        )
+        return InvalidGrant("The authorization code was already used; its grant is revoked")
+    if code.expires_at <= now:
+        return InvalidGrant("The authorization code has expired")
+    try:
+        _check_binding(code, client, form)
+    except OAuthError as error:
+        return error
+    grant = grants.grant_by_id(conn, code.grant_id)
+    if grant is None or grant.revoked_at is not None:
+        return InvalidGrant("The grant was revoked")
+    issuance = for_grant(ctx, grant, code.scope.split(), now)
+    if "refresh_token" in client.grant_types or code.offline:
+        issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=code.scope, now=now)
+    return issuance
+
+
+def exchange(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
+    """Redeem an authorization code.
+
+    Raises:
+        OAuthError: invalid_request, invalid_grant or invalid_target.
+    """
+    now = ctx.now()
+    # The code is consumed (and a replay's revocation committed) even when a binding check
+    # fails afterwards: a code presented wrongly once is never good again.
+    with ctx.db.transaction() as conn:
+        outcome = _redeem(ctx, conn, client, form, now)
+    if isinstance(outcome, OAuthError):
+        raise outcome
+    return outcome

@@ -1,0 +1,46 @@
+"""The client_credentials grant (OAuth 2.1 §4.2) for pre-registered confidential clients: no
+user, ``sub`` is the client and ``gty`` says so (docs/security.md T22); scopes limited to the
+client's allowed scopes; the resource validated as in the code flow."""
+
+from __future__ import annotations
+
+from mcpauth.errors import InvalidScope, UnauthorizedClient
+from mcpauth.server.authorization import checks
+from mcpauth.server.context import ServerContext
+from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens.issuance import Issuance, access_token_claims
+
+GRANT = "client_credentials"
+
+
+def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
+    """Issue an access token to the client itself.
+
+    Raises:
+        UnauthorizedClient: a public client.
+        InvalidTarget: the resource is unknown.
+        InvalidScope: a scope is unknown or not allowed for the client.
+    """
+    if client.token_endpoint_auth_method == "none":
+        raise UnauthorizedClient("client_credentials needs a confidential client")
+    requested = checks.parse_scope(form.get("scope"))
+    resource = checks.resolve_resource(ctx.resources.current(), form.get("resource"))
+    if requested is None:
+        allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
+        requested = [s for s in resource.default_scopes if s in allowed] or [
+            s for s in resource.scopes if s in allowed
+        ]
+    if checks.OFFLINE_ACCESS in requested:
+        raise InvalidScope("offline_access makes no sense without a user")
+    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    now = ctx.now()
+    claims = access_token_claims(
+        ctx,
+        subject=client.client_id,
+        client_id=client.client_id,
+        resource=resource.uri,
+        scopes=scopes,
+        now=now,
+        extra={"gty": GRANT},
+    )
+    return Issuance(claims, scopes)

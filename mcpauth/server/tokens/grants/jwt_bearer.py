@@ -1,0 +1,115 @@
+"""The jwt-bearer grant with an Identity Assertion JWT Authorization Grant (ID-JAG), the
+enterprise-managed authorization extension (MCP AS-X2; RFC 7521 §5.2, RFC 7523 §3): the
+identity provider vouches for a user, this server issues an access token for that user."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jwt as pyjwt
+from sqlmodel import Session
+
+from mcpauth import jwt
+from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.oauth import JWT_BEARER
+from mcpauth.server.authorization import checks
+from mcpauth.server.clients.assertions import record_jti
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import new_id
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.models import Client, User
+from mcpauth.server.storage.registry import user_by_name
+from mcpauth.server.tokens.issuance import Issuance, access_token_claims
+from mcpauth.uris import URIError, canonical_resource
+
+GRANT = JWT_BEARER
+ID_JAG_TYPE = "oauth-id-jag+jwt"
+REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
+
+
+def _verify(ctx: ServerContext, assertion: str) -> dict[str, Any]:
+    header = jwt.unverified_header(assertion)
+    if str(header.get("typ", "")).lower() != ID_JAG_TYPE:
+        raise InvalidGrant(f"The assertion must have typ {ID_JAG_TYPE}")
+    try:
+        issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
+    except pyjwt.PyJWTError as exc:
+        raise InvalidGrant("The assertion is malformed") from exc
+    if not isinstance(issuer, str) or not ctx.idps.is_trusted(issuer):
+        raise InvalidGrant("The assertion's issuer is not a trusted identity provider")
+    for attempt in (False, True):
+        try:
+            return jwt.verify(
+                assertion,
+                ctx.idps.keys(issuer, refresh=attempt),
+                issuer=issuer,
+                audience=None,
+                typ=(ID_JAG_TYPE,),
+                required=REQUIRED,
+            )
+        except jwt.UnknownKeyError:
+            if attempt:
+                raise InvalidGrant("The assertion is signed with an unknown key") from None
+        except OAuthError as exc:
+            raise InvalidGrant(f"The assertion is invalid: {exc.description}") from exc
+    raise InvalidGrant("The assertion is invalid")  # pragma: no cover - loop always returns
+
+
+def _check_claims(
+    ctx: ServerContext, claims: dict[str, Any], client: Client, form: dict[str, str]
+) -> str:
+    aud = claims["aud"]
+    audiences = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+    if ctx.settings.issuer not in audiences:
+        raise InvalidGrant("The assertion's aud must be this authorization server's issuer")
+    if claims["client_id"] != client.client_id:
+        raise InvalidGrant("The assertion was issued for another client")
+    try:
+        resource = canonical_resource(str(claims["resource"]))
+        if "resource" in form and canonical_resource(form["resource"]) != resource:
+            raise InvalidTarget("resource differs from the assertion's resource")
+    except URIError as exc:
+        raise InvalidTarget(f"resource: {exc}") from exc
+    return resource
+
+
+def _user_for(session: Session, issuer: str, subject: str, now: int) -> str:
+    """The local user standing for the identity provider's subject (created on first use,
+    with no password: it can sign in only through its identity provider)."""
+    username = f"{issuer}#{subject}"
+    user = user_by_name(session, username)
+    if user is None:
+        user = User(id=new_id(), username=username, password_hash="!", created_at=now)
+        session.add(user)
+    return user.id
+
+
+def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
+    """Exchange an ID-JAG for an access token.
+
+    Raises:
+        OAuthError: invalid_request, invalid_grant, invalid_target or invalid_scope.
+    """
+    assertion = form.get("assertion")
+    if not assertion:
+        raise InvalidRequest("assertion is required")
+    claims = _verify(ctx, assertion)
+    resource_uri = _check_claims(ctx, claims, client, form)
+    now = ctx.now()
+    resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
+    requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
+    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    with ctx.db.write() as session:
+        if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):
+            audit("replay.detected", kind="id_jag", client_id=client.client_id)
+            raise InvalidGrant("The assertion was already used")
+        user_id = _user_for(session, str(claims["iss"]), str(claims["sub"]), now)
+    token = access_token_claims(
+        ctx,
+        subject=user_id,
+        client_id=client.client_id,
+        resource=resource.uri,
+        scopes=scopes,
+        now=now,
+    )
+    return Issuance(token, scopes)

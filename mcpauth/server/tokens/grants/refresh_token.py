@@ -1,0 +1,82 @@
+"""The refresh_token grant (OAuth 2.1 §4.3): every use rotates the token; presenting a rotated
+token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; docs/security.md T13);
+scopes may narrow, never widen; the resource stays the grant's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.server.authorization import checks
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
+from mcpauth.uris import URIError, canonical_resource
+
+
+def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
+    scopes = checks.narrower_scopes(checks.parse_scope(form.get("scope")), token.scope.split())
+    if "resource" in form:
+        try:
+            resource = canonical_resource(form["resource"])
+        except URIError as exc:
+            raise InvalidTarget(f"resource: {exc}") from exc
+        if resource != token.resource:
+            raise InvalidTarget("resource is outside the original grant")
+    return scopes
+
+
+def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthError:
+    """A rotated token came back (OAuth 2.1 §4.3.1): the whole grant is revoked."""
+    grants.revoke_grant(conn, grant_id, now)
+    audit("replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant_id)
+    return InvalidGrant("The refresh token was already used; its grant is revoked")
+
+
+def _rotate(
+    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
+) -> Issuance | OAuthError:
+    value = form.get("refresh_token")
+    if not value:
+        return InvalidRequest("refresh_token is required")
+    token = grants.refresh_token_by_digest(conn, digest(value))
+    if token is None or token.client_id != client.client_id:
+        return InvalidGrant("The refresh token is invalid")
+    grant = grants.grant_by_id(conn, token.grant_id)
+    if grant is None or grant.revoked_at is not None:
+        return InvalidGrant("The grant was revoked")
+    if token.rotated_at is not None:
+        return _reused(conn, client, grant.id, now)
+    if token.expires_at <= now:
+        return InvalidGrant("The refresh token has expired")
+    # Validate the whole request before rotating: a refused refresh (a wider scope, another
+    # resource) leaves the token usable, so the client's corrected retry is not taken for reuse.
+    try:
+        scopes = _requested(form, token)
+    except OAuthError as error:
+        return error
+    if not grants.rotate_refresh_token(conn, token.digest, now):
+        return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
+    issuance = for_grant(ctx, grant, scopes, now)
+    # RFC 6749 §6: the new refresh token keeps the original scope
+    issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=token.scope, now=now)
+    return issuance
+
+
+def refresh(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
+    """Exchange a refresh token for new tokens.
+
+    Raises:
+        OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
+    """
+    now = ctx.now()
+    with ctx.db.transaction() as conn:
+        outcome = _rotate(ctx, conn, client, form, now)
+    if isinstance(outcome, OAuthError):
+        raise outcome
+    return outcome

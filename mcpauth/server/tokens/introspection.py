@@ -1,0 +1,100 @@
+"""RFC 7662 token introspection for authenticated resource servers (clients registered with
+``--introspect``). Revoked, expired, foreign and garbage tokens are ``active: false``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth import jwt
+from mcpauth.errors import InvalidRequest, OAuthError, UnauthorizedClient
+from mcpauth.server.browser.login import client_ip
+from mcpauth.server.clients.authentication import authenticate_request
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.crypto import digest
+from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
+from mcpauth.server.storage.models import Grant, RefreshToken, RevokedAccessToken
+from mcpauth.server.threads import run_blocking
+
+INACTIVE: dict[str, Any] = {"active": False}
+
+
+def access_token_claims(ctx: ServerContext, token: str) -> dict[str, Any] | None:
+    """The claims of an access token this server issued and has not revoked, else None."""
+    try:
+        claims = jwt.verify(
+            token, jwt.key_set(ctx.keys.jwks()), issuer=ctx.settings.issuer, audience=None, leeway=0
+        )
+    except OAuthError:
+        return None
+    with ctx.db.read() as session:
+        if session.get(RevokedAccessToken, claims["jti"]) is not None:
+            return None
+        grant_id = claims.get("gid")
+        if isinstance(grant_id, str):
+            grant = session.get(Grant, grant_id)
+            if grant is None or grant.revoked_at is not None:
+                return None
+    return claims
+
+
+def _refresh_token(ctx: ServerContext, token: str) -> dict[str, Any] | None:
+    now = ctx.now()
+    with ctx.db.read() as session:
+        row = session.get(RefreshToken, digest(token))
+        if row is None or row.rotated_at is not None or row.expires_at <= now:
+            return None
+        grant = session.get(Grant, row.grant_id)
+        if grant is None or grant.revoked_at is not None:
+            return None
+    return {
+        "active": True,
+        "token_type": "refresh_token",
+        "scope": row.scope,
+        "client_id": row.client_id,
+        "sub": grant.user_id,
+        "aud": row.resource,
+        "iss": ctx.settings.issuer,
+        "exp": row.expires_at,
+        "iat": row.created_at,
+    }
+
+
+def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str, Any]:
+    if hint != "refresh_token" and token.count(".") == 2:
+        claims = access_token_claims(ctx, token)
+        if claims is not None:
+            keep = ("scope", "client_id", "sub", "aud", "iss", "exp", "iat", "jti", "nbf")
+            return {
+                "active": True,
+                "token_type": "Bearer",
+                **{k: claims[k] for k in keep if k in claims},
+            }
+        return INACTIVE
+    return _refresh_token(ctx, token) or INACTIVE
+
+
+def _handle(
+    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+) -> dict[str, Any]:
+    client = authenticate_request(ctx, form, authorization, address, endpoint="introspect")
+    if not client.introspect:
+        raise UnauthorizedClient("This client may not introspect tokens")
+    token = form.get("token")
+    if not token:
+        raise InvalidRequest("token is required")
+    return introspection(ctx, token, form.get("token_type_hint"))
+
+
+async def introspect(request: Request) -> Response:
+    ctx = get_context(request)
+    try:
+        form = await form_params(request, ctx.settings.max_body_bytes)
+        body = await run_blocking(
+            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
+        )
+    except OAuthError as error:
+        return error_response(error)
+    return json_response(body, headers=NO_STORE)

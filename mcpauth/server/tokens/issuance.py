@@ -1,0 +1,96 @@
+"""Issuing tokens: RFC 9068 JWT access tokens and rotating refresh tokens."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+from mcpauth.server.context import ServerContext
+from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.storage import grants
+
+
+@dataclass
+class Issuance:
+    """What a grant hands out; signed after the database transaction commits."""
+
+    claims: dict[str, Any]
+    scopes: list[str]
+    refresh_token: str | None = None
+
+    def response(self, ctx: ServerContext) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "access_token": ctx.keys.signer().sign(self.claims),
+            "token_type": "Bearer",
+            "expires_in": self.claims["exp"] - self.claims["iat"],
+            "scope": " ".join(self.scopes),
+        }
+        if self.refresh_token is not None:
+            body["refresh_token"] = self.refresh_token
+        return body
+
+
+def access_token_claims(
+    ctx: ServerContext,
+    *,
+    subject: str,
+    client_id: str,
+    resource: str,
+    scopes: list[str],
+    now: int,
+    grant_id: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """RFC 9068 §2.2 claims; ``aud`` is the canonical resource (RFC 8707)."""
+    claims: dict[str, Any] = {
+        "iss": ctx.settings.issuer,
+        "sub": subject,
+        "aud": resource,
+        "client_id": client_id,
+        "scope": " ".join(scopes),
+        "iat": now,
+        "exp": now + ctx.settings.access_token_ttl,
+        "jti": secrets.token_urlsafe(16),
+    }
+    if grant_id is not None:
+        claims["gid"] = grant_id
+    claims.update(extra or {})
+    return claims
+
+
+def for_grant(ctx: ServerContext, grant: Row[Any], scopes: list[str], now: int) -> Issuance:
+    """An access token for a user's grant (its user, client and resource)."""
+    claims = access_token_claims(
+        ctx,
+        subject=grant.user_id,
+        client_id=grant.client_id,
+        resource=grant.resource,
+        scopes=scopes,
+        now=now,
+        grant_id=grant.id,
+    )
+    return Issuance(claims, scopes)
+
+
+def add_refresh_token(
+    ctx: ServerContext, conn: Connection, grant: Row[Any], *, scope: str, now: int
+) -> str:
+    """A new refresh token in ``grant``'s family; it expires when idle too long or when the
+    family reaches its absolute lifetime, whichever is first."""
+    token = new_token()
+    family_end = grant.created_at + ctx.settings.refresh_token_ttl
+    values = {
+        "digest": digest(token),
+        "grant_id": grant.id,
+        "client_id": grant.client_id,
+        "scope": scope,
+        "resource": grant.resource,
+        "created_at": now,
+        "expires_at": min(now + ctx.settings.refresh_token_idle_ttl, family_end),
+        "rotated_at": None,
+    }
+    grants.add_refresh_token(conn, values, now)
+    return token

@@ -1,0 +1,71 @@
+"""RFC 7009 token revocation. A refresh token revokes its whole grant; an access token's
+``jti`` is deny-listed (introspection consults it) until the token expires. Tokens that are
+unknown or belong to another client are answered 200 all the same (RFC 7009 §2.2)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth import jwt
+from mcpauth.errors import InvalidRequest, OAuthError
+from mcpauth.server.browser.login import client_ip
+from mcpauth.server.clients.authentication import authenticate_request
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.crypto import digest
+from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grants
+from mcpauth.server.storage.models import Client, RefreshToken, RevokedAccessToken
+from mcpauth.server.threads import run_blocking
+
+
+def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> bool:
+    with ctx.db.write() as session:
+        row = session.get(RefreshToken, digest(token))
+        if row is None:
+            return False
+        if row.client_id == client.client_id:
+            grants.revoke_grant(session.connection(), row.grant_id, ctx.now())
+    return True
+
+
+def _revoke_access_token(ctx: ServerContext, client: Client, token: str) -> None:
+    try:
+        claims = jwt.verify(
+            token, jwt.key_set(ctx.keys.jwks()), issuer=ctx.settings.issuer, audience=None, leeway=0
+        )
+    except OAuthError:
+        return  # expired or not ours: nothing left to revoke
+    if claims.get("client_id") != client.client_id:
+        return
+    with ctx.db.write() as session:
+        if session.get(RevokedAccessToken, claims["jti"]) is None:
+            session.add(RevokedAccessToken(jti=claims["jti"], expires_at=int(claims["exp"])))
+
+
+def _handle(
+    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+) -> None:
+    client = authenticate_request(ctx, form, authorization, address, endpoint="revoke")
+    token = form.get("token")
+    if not token:
+        raise InvalidRequest("token is required")
+    hint = form.get("token_type_hint")
+    audit("token.revoked", client_id=client.client_id, hint=hint)
+    if hint != "access_token" and _revoke_refresh_token(ctx, client, token):
+        return
+    if token.count(".") == 2:
+        _revoke_access_token(ctx, client, token)
+
+
+async def revoke(request: Request) -> Response:
+    ctx = get_context(request)
+    try:
+        form = await form_params(request, ctx.settings.max_body_bytes)
+        await run_blocking(
+            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
+        )
+    except OAuthError as error:
+        return error_response(error)
+    return json_response({}, headers=NO_STORE)
