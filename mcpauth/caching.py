@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 
 def cache_directives(header: str) -> dict[str, str]:
@@ -54,6 +54,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+_MISSING = object()
+
+
 def _monotonic() -> float:
     return time.monotonic()
 
@@ -87,11 +90,15 @@ class ExpiringCache(Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         """The value of an unexpired entry, or None."""
+        found = self._fresh(key)
+        return None if found is _MISSING else cast(V, found)
+
+    def _fresh(self, key: K) -> object:
         now = self._clock()
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] <= now:
-                return None
+                return _MISSING
             self._entries.move_to_end(key)
             return entry[2]
 
@@ -119,10 +126,11 @@ class ExpiringCache(Generic[K, V]):
                 self._entries.popitem(last=False)
 
     def get_or_load(self, key: K, load: Callable[[], V]) -> V:
-        """The cached value, or ``load()``'s, kept for the default lifetime."""
-        found = self.get(key)
-        if found is not None:
-            return found
+        """The cached value (None too, if that is what was loaded), or ``load()``'s, kept for
+        the default lifetime."""
+        found = self._fresh(key)
+        if found is not _MISSING:
+            return cast(V, found)
         value = load()
         self.put(key, value)
         return value

@@ -88,7 +88,7 @@ def _read_jwks(path: str) -> Any:
     Raises:
         CommandError: the file cannot be read or is not a JSON document.
     """
-    from mcpauth.server.http import loads_strict
+    from mcpauth.server.http_io import loads_strict
 
     try:
         with open(path, "rb") as handle:

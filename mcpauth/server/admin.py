@@ -11,12 +11,12 @@ from sqlmodel import delete, select
 
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.server.clients import records
-from mcpauth.server.clients.client_metadata import validate_client_metadata
+from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.identity.passwords import hash_password
-from mcpauth.server.storage import grants, migrate, registry
+from mcpauth.server.storage import grant_store, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
     BrowserSessionRecord,
@@ -50,7 +50,7 @@ def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]
     if len(password) < 8:
         raise AdminError("the password must be at least 8 characters")
     with ctx.db.write() as session:
-        if registry.user_by_name(session, username) is not None:
+        if lookups.user_by_name(session, username) is not None:
             raise AdminError(f"user {username!r} already exists")
         user = User(
             id=new_id(),
@@ -66,13 +66,13 @@ def list_users(ctx: ServerContext) -> list[dict[str, Any]]:
     with ctx.db.read() as session:
         return [
             {"id": u.id, "username": u.username, "created_at": u.created_at}
-            for u in registry.list_users(session)
+            for u in lookups.list_users(session)
         ]
 
 
 def remove_user(ctx: ServerContext, username: str) -> None:
     with ctx.db.write() as session:
-        user = registry.user_by_name(session, username)
+        user = lookups.user_by_name(session, username)
         if user is None:
             raise AdminError(f"no user {username!r}")
         grant_ids = list(session.exec(select(Grant.id).where(Grant.user_id == user.id)))
@@ -113,10 +113,10 @@ def add_resource(
     if unknown:
         raise AdminError(f"default scopes not among the resource's scopes: {', '.join(unknown)}")
     with ctx.db.write() as session:
-        if registry.get_resource(session, canonical) is not None:
+        if lookups.get_resource(session, canonical) is not None:
             raise AdminError(f"resource {canonical} already exists")
         if is_default:
-            for other in registry.list_resources(session):
+            for other in lookups.list_resources(session):
                 if other.is_default:
                     other.is_default = False
                     session.add(other)
@@ -150,7 +150,7 @@ def list_resources(ctx: ServerContext) -> list[dict[str, Any]]:
                 "default_scopes": r.default_scopes,
                 "default": r.is_default,
             }
-            for r in registry.list_resources(session)
+            for r in lookups.list_resources(session)
         ]
 
 
@@ -160,7 +160,7 @@ def remove_resource(ctx: ServerContext, uri: str) -> None:
     except URIError as exc:
         raise AdminError(str(exc)) from exc
     with ctx.db.write() as session:
-        resource = registry.get_resource(session, canonical)
+        resource = lookups.get_resource(session, canonical)
         if resource is None:
             raise AdminError(f"no resource {canonical}")
         session.delete(resource)
@@ -194,7 +194,7 @@ def add_client(
     if scopes:
         raw["scope"] = " ".join(scopes)
     with ctx.db.read() as session:
-        known = set(registry.all_scopes(session)) | {"offline_access"}
+        known = set(lookups.all_scopes(session)) | {"offline_access"}
     try:
         validated = validate_client_metadata(
             raw, known_scopes=known, auth_methods=records.AUTH_METHODS, admin=True
@@ -221,13 +221,13 @@ def list_clients(ctx: ServerContext) -> list[dict[str, Any]]:
                 "first_party": c.first_party,
                 "introspect": c.introspect,
             }
-            for c in registry.list_clients(session)
+            for c in lookups.list_clients(session)
         ]
 
 
 def remove_client(ctx: ServerContext, client_id: str) -> None:
     with ctx.db.write() as session:
-        if not grants.delete_client(session, client_id):
+        if not grant_store.delete_client(session, client_id):
             raise AdminError(f"no client {client_id!r}")
     ctx.clients.forget(client_id)
 

@@ -27,7 +27,7 @@ from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, erro
 from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context, wall_clock
-from mcpauth.server.http import cors, error_response, oauth_errors
+from mcpauth.server.http_io import cors, error_response, oauth_errors
 from mcpauth.server.operations.logs import RequestIdMiddleware
 from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMiddleware
 from mcpauth.server.operations.metrics import endpoint as metrics_endpoint

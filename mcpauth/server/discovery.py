@@ -14,9 +14,9 @@ from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.http import json_response
+from mcpauth.server.http_io import json_response
 from mcpauth.server.storage import migrate
-from mcpauth.server.storage.registry import all_scopes
+from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
 

@@ -13,7 +13,10 @@ import pytest
 from starlette.applications import Starlette
 
 from mcpauth.server import admin
-from mcpauth.server.clients.authentication import answerable_from_memory, presented_credentials
+from mcpauth.server.clients.authentication import (
+    authenticated_from_memory,
+    presented_credentials,
+)
 from mcpauth.server.tokens import endpoint as token_endpoint
 
 from .conftest import RESOURCE
@@ -141,8 +144,11 @@ async def test_a_wrong_secret_is_never_answered_on_the_event_loop(
     form = {"grant_type": "client_credentials"}
     assert (await http.post("/token", data=form, headers={"Authorization": right})).is_success
     address = "203.0.113.7"
-    assert answerable_from_memory(ctx, presented_credentials(right, form), address)
+    now = ctx.now()
+    found = authenticated_from_memory(ctx, presented_credentials(right, form), address, now)
+    assert found is not None
+    assert found.client_id == bot["client_id"]
     # a failure is counted with a database write: that belongs in a worker thread
-    assert not answerable_from_memory(ctx, presented_credentials(wrong, form), address)
+    assert authenticated_from_memory(ctx, presented_credentials(wrong, form), address, now) is None
     failed = await http.post("/token", data=form, headers={"Authorization": wrong})
     assert failed.status_code == 401

@@ -27,7 +27,7 @@ from mcpauth.server.clients.directory import requests_from
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
-from mcpauth.server.http import media_type, read_body
+from mcpauth.server.http_io import media_type, read_body
 from mcpauth.server.operations.size_limits import MAX_STATE_LENGTH
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking

@@ -13,7 +13,7 @@ from mcpauth.errors import OAuthError
 from mcpauth.server.browser.pages import SECURITY_HEADERS, error_page
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_id, new_token
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import AuthorizationCode, Client, Grant, Interaction
 from mcpauth.uris import parse_url
 
@@ -130,7 +130,7 @@ def issue_code(
         )
         if approved_as is not None:
             scopes = set(request.scopes) | ({"offline_access"} if request.offline else set())
-            grants.remember_consent(
+            grant_store.remember_consent(
                 session,
                 user_id,
                 request.client_id,

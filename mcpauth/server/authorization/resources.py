@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcpauth.server.cache import TTLCache
+from mcpauth.caching import ExpiringCache
 from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.lookups import list_resources
 from mcpauth.server.storage.models import Resource
-from mcpauth.server.storage.registry import list_resources
 
 CACHE_SECONDS = 2.0
 
@@ -22,7 +22,7 @@ class Resources:
 class ResourceCatalog:
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._cache: TTLCache[str, Resources] = TTLCache(CACHE_SECONDS, max_entries=1)
+        self._cache: ExpiringCache[str, Resources] = ExpiringCache(CACHE_SECONDS, max_entries=1)
 
     def _load(self) -> Resources:
         with self._db.read() as session:
@@ -32,8 +32,9 @@ class ResourceCatalog:
     def current(self) -> Resources:
         return self._cache.get_or_load("all", self._load)
 
-    def is_cached(self) -> bool:
-        return self._cache.holds("all")
+    def cached(self) -> Resources | None:
+        """The resources from memory only; None if they would have to be read."""
+        return self._cache.get("all")
 
     def refresh(self) -> None:
         self._cache.clear()

@@ -26,9 +26,9 @@ from mcpauth.server.browser.sessions import (
 )
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.lookups import get_client, get_resource
 from mcpauth.server.storage.models import Grant, User
-from mcpauth.server.storage.registry import get_client, get_resource
 from mcpauth.server.threads import run_blocking
 
 LOGIN_PURPOSE = "login:account"
@@ -95,7 +95,7 @@ def _applications(
     ctx: ServerContext, session: Session, user_id: str, only: str | None = None
 ) -> list[Application]:
     by_client: dict[str, list[Grant]] = {}
-    for grant in grants.user_grants(session, user_id):
+    for grant in grant_store.user_grants(session, user_id):
         if only is None or grant.client_id == only:
             by_client.setdefault(grant.client_id, []).append(grant)
     apps = []
@@ -237,10 +237,10 @@ async def _refused_form(
 def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
     """Revoke every grant of the user for the client and forget the consents."""
     with ctx.db.write() as session:
-        rows = [g for g in grants.user_grants(session, user_id) if g.client_id == client_id]
+        rows = [g for g in grant_store.user_grants(session, user_id) if g.client_id == client_id]
         for grant in rows:
-            grants.revoke_grant(session.connection(), grant.id, ctx.now())
-            grants.forget_consent(session, user_id, grant.client_id, grant.resource)
+            grant_store.revoke_grant(session.connection(), grant.id, ctx.now())
+            grant_store.forget_consent(session, user_id, grant.client_id, grant.resource)
     return bool(rows)
 
 

@@ -30,9 +30,9 @@ from mcpauth.server.browser.sessions import (
 )
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.lookups import get_client, get_resource
 from mcpauth.server.storage.models import Client, Interaction, User
-from mcpauth.server.storage.registry import get_client, get_resource
 from mcpauth.server.threads import run_blocking
 
 
@@ -46,7 +46,7 @@ class ConsentRequired(OAuthError):
 
 def _load(ctx: ServerContext, interaction_id: str) -> tuple[Interaction, Client] | None:
     with ctx.db.read() as session:
-        interaction = grants.live_interaction(session, interaction_id, ctx.now())
+        interaction = grant_store.live_interaction(session, interaction_id, ctx.now())
         if interaction is None:
             return None
         client = get_client(session, interaction.request["client_id"])
@@ -79,7 +79,7 @@ def _needs_consent(
     if req.prompt == "consent":
         return True
     with ctx.db.read() as session:
-        consent = grants.get_consent(session, user_id, client.client_id, req.resource)
+        consent = grant_store.get_consent(session, user_id, client.client_id, req.resource)
     if consent is None or consent.client_name != client_view_of(client).name:
         return True
     wanted = set(req.scopes) | ({"offline_access"} if req.offline else set())
@@ -111,7 +111,7 @@ def _consent_page(
     with ctx.db.read() as session:
         user = session.get(User, browser.user_id)
         resource = get_resource(session, req.resource)
-        granted = grants.consented_scopes(
+        granted = grant_store.consented_scopes(
             session, browser.user_id or "", client.client_id, req.resource
         )
     descriptions = resource.scopes if resource else {}

@@ -18,7 +18,7 @@ from mcpauth.server.crypto import digest
 from mcpauth.server.identity.passwords import verify_password
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage.registry import user_by_name
+from mcpauth.server.storage.lookups import user_by_name
 from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
 

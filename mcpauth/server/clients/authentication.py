@@ -79,21 +79,26 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
     return PresentedCredentials(body_id, None, "none")
 
 
-def answerable_from_memory(
-    ctx: ServerContext, credentials: PresentedCredentials, address: str
-) -> bool:
-    """True if authenticating these credentials touches neither the database nor the network:
-    a secret-authenticated client whose row and lockout state are cached and whose secret is
-    right (a wrong one is counted with a database write, which must not run on the event loop).
-    """
+def authenticated_from_memory(
+    ctx: ServerContext, credentials: PresentedCredentials, address: str, now: int
+) -> Client | None:
+    """The client these credentials prove, decided from memory alone: a secret-authenticated
+    client whose row and lockout state are cached, not locked, with the right and unexpired
+    secret for its registered method. None in every other case, also a wrong secret: the
+    caller then takes :func:`authenticate_request`'s path, which counts the failure with a
+    database write (never on the event loop)."""
     if credentials.method not in SECRET_METHODS:
-        return False
+        return None
     client = ctx.clients.cached(credentials.client_id)
-    return (
-        client is not None
-        and ctx.lockouts.are_cached(_keys(credentials, address))
+    if client is None or ctx.lockouts.cached_retry_after(_keys(credentials, address), now) != 0:
+        return None
+    if (
+        client.token_endpoint_auth_method == credentials.method
         and matches(credentials.secret or "", client.secret_digest)
-    )
+        and (client.secret_expires_at == 0 or client.secret_expires_at > now)
+    ):
+        return client
+    return None
 
 
 def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:

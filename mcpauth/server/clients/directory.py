@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from mcpauth.caching import ExpiringCache
 from mcpauth.errors import InvalidClient
-from mcpauth.server.cache import TTLCache
 from mcpauth.server.clients.fetch_admission import FetchDeclined, FetchGate, FetchLimits
 from mcpauth.server.clients.metadata_documents import (
     MetadataCache,
@@ -33,8 +33,8 @@ from mcpauth.server.clients.metadata_documents import (
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 from mcpauth.server.config import Settings
 from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.lookups import get_client
 from mcpauth.server.storage.models import Client
-from mcpauth.server.storage.registry import get_client
 from mcpauth.server.threads import await_on_loop
 
 CLIENT_CACHE_SECONDS = 2.0
@@ -74,7 +74,7 @@ class ClientDirectory:
         self.gate = FetchGate(self._fetcher, fetch_limits)
         self._documents = MetadataCache()
         self._jwks: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
-        self._clients: TTLCache[str, Client | None] = TTLCache(CLIENT_CACHE_SECONDS)
+        self._clients: ExpiringCache[str, Client | None] = ExpiringCache(CLIENT_CACHE_SECONDS)
         self._lock = threading.Lock()
 
     def find(self, db: Database, client_id: str) -> Client | None:
@@ -112,7 +112,7 @@ class ClientDirectory:
 
     def cached(self, client_id: str) -> Client | None:
         """The registered client from memory only; None if it is not cached (or unknown)."""
-        return None if is_cimd_client_id(client_id) else self._clients.fresh(client_id)
+        return None if is_cimd_client_id(client_id) else self._clients.get(client_id)
 
     def forget(self, client_id: str) -> None:
         """Drop a cached client (after this process changed or deleted it)."""

@@ -11,13 +11,13 @@ from starlette.responses import Response
 
 from mcpauth.errors import InvalidClientMetadata, InvalidToken, OAuthError
 from mcpauth.server.clients import records
-from mcpauth.server.clients.client_metadata import validate_client_metadata
+from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
-from mcpauth.server.http import NO_STORE, client_metadata_body, error_response, json_response
-from mcpauth.server.storage import grants
+from mcpauth.server.http_io import NO_STORE, client_metadata_body, error_response, json_response
+from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.storage.models import Client
-from mcpauth.server.storage.registry import all_scopes
 from mcpauth.server.threads import run_blocking
 
 UNAUTHORIZED = InvalidToken(
@@ -97,7 +97,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
 def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
     _load(ctx, client_id, token)
     with ctx.db.write() as session:
-        grants.delete_client(session, client_id)
+        grant_store.delete_client(session, client_id)
     ctx.clients.forget(client_id)
 
 

@@ -20,9 +20,9 @@ from urllib.parse import unquote, urlsplit
 
 from mcpauth.caching import freshness_lifetime
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
-from mcpauth.server.clients.client_metadata import validate_client_metadata
 from mcpauth.server.clients.fetch_admission import FetchDeclined
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
+from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.storage.models import Client
 

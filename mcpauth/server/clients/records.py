@@ -1,5 +1,5 @@
-"""Client creation (registration and the admin command line) and client authentication at
-the token endpoint (RFC 6749 §2.3; secrets compared as digests in constant time)."""
+"""Client rows: creation and metadata updates (registration, management, the admin API),
+protection of the operator's client names, and the lookup every endpoint uses."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from sqlmodel import select
 from mcpauth import oauth
 from mcpauth.errors import InvalidClient, InvalidClientMetadata
 from mcpauth.server.browser.display import clean_name
-from mcpauth.server.clients.client_metadata import ValidatedClient
 from mcpauth.server.clients.metadata_documents import is_cimd_client_id
+from mcpauth.server.clients.validation import ValidatedClient
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage.models import Client

@@ -8,12 +8,12 @@ from starlette.responses import Response
 
 from mcpauth.errors import InvalidToken
 from mcpauth.server.clients import records
-from mcpauth.server.clients.client_metadata import ValidatedClient, validate_client_metadata
+from mcpauth.server.clients.validation import ValidatedClient, validate_client_metadata
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches
-from mcpauth.server.http import NO_STORE, client_metadata_body, json_response
+from mcpauth.server.http_io import NO_STORE, client_metadata_body, json_response
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage.registry import all_scopes
+from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 
 

@@ -11,7 +11,7 @@ from sqlalchemy import Table, case, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from mcpauth.server.cache import TTLCache
+from mcpauth.caching import ExpiringCache
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Throttle
 
@@ -81,7 +81,7 @@ class Lockouts:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._cache: TTLCache[str, int] = TTLCache(LOCK_CACHE_SECONDS)
+        self._cache: ExpiringCache[str, int] = ExpiringCache(LOCK_CACHE_SECONDS)
 
     def _locked_until(self, key: str) -> int:
         with self._db.read() as session:
@@ -93,8 +93,12 @@ class Lockouts:
         until = max(self._cache.get_or_load(key, partial(self._locked_until, key)) for key in keys)
         return max(0, until - now)
 
-    def are_cached(self, keys: tuple[str, ...]) -> bool:
-        return all(self._cache.holds(key) for key in keys)
+    def cached_retry_after(self, keys: tuple[str, ...], now: int) -> int | None:
+        """:meth:`retry_after` from memory only; None if a key's state would have to be read."""
+        known = [self._cache.get(key) for key in keys]
+        if any(until is None for until in known):
+            return None
+        return max(0, max(until for until in known if until is not None) - now)
 
     def forget(self, keys: tuple[str, ...]) -> None:
         for key in keys:

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcpauth.errors import TooManyRequests
 from mcpauth.oauth import parse_basic_authorization
 from mcpauth.server.crypto import digest
-from mcpauth.server.http import error_response
+from mcpauth.server.http_io import error_response
 from mcpauth.server.storage.models import RateCounter
 from mcpauth.server.threads import run_blocking
 

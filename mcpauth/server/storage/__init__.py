@@ -1,0 +1,1 @@
+"""Storage: the tables, the repositories that hold all SQL on them, migrations and pruning."""

@@ -14,10 +14,10 @@ from mcpauth.errors import (
     UnsupportedGrantType,
 )
 from mcpauth.jwt import compact_json
-from mcpauth.server.clients import authentication as client_auth
+from mcpauth.server.clients import authentication
 from mcpauth.server.clients.authentication import PresentedCredentials
 from mcpauth.server.context import ServerContext
-from mcpauth.server.http import (
+from mcpauth.server.http_io import (
     ALLOW_ANY_ORIGIN,
     CORS_HEADERS,
     NO_STORE,
@@ -27,6 +27,7 @@ from mcpauth.server.http import (
     require_form,
 )
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants import (
     authorization_code,
@@ -44,6 +45,19 @@ GRANTS = {
 }
 
 
+def _audit(grant_type: str, client: Client, issuance: Issuance) -> None:
+    claims = issuance.claims
+    audit(
+        "token.refreshed" if grant_type == "refresh_token" else "token.issued",
+        grant_type=grant_type,
+        client_id=client.client_id,
+        sub=claims["sub"],
+        aud=claims["aud"],
+        jti=claims["jti"],
+        refresh_token=issuance.refresh_token is not None,
+    )
+
+
 def _handle(
     ctx: ServerContext,
     form: dict[str, str],
@@ -57,22 +71,13 @@ def _handle(
     handler = GRANTS.get(grant_type)
     if handler is None:
         raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
-    client = client_auth.authenticate_request(
+    client = authentication.authenticate_request(
         ctx, form, authorization, address, endpoint="token", credentials=credentials
     )
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
     issuance = handler(ctx, client, form)
-    claims = issuance.claims
-    audit(
-        "token.refreshed" if grant_type == "refresh_token" else "token.issued",
-        grant_type=grant_type,
-        client_id=client.client_id,
-        sub=claims["sub"],
-        aud=claims["aud"],
-        jti=claims["jti"],
-        refresh_token=issuance.refresh_token is not None,
-    )
+    _audit(grant_type, client, issuance)
     return issuance
 
 
@@ -84,34 +89,47 @@ def _respond(
     credentials: PresentedCredentials | None,
 ) -> bytes:
     """The whole token request in one worker thread: database, signing and JSON body."""
-    body = _handle(ctx, form, authorization, address, credentials).response(ctx)
-    return compact_json(body)
+    issuance = _handle(ctx, form, authorization, address, credentials)
+    return compact_json(issuance.response(ctx.keys.signer()))
 
 
 def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
     """The request's client credentials, parsed once; None if they are malformed (then
     :func:`_handle` raises the error in its place, after the grant type is checked)."""
     try:
-        return client_auth.presented_credentials(authorization, form)
+        return authentication.presented_credentials(authorization, form)
     except OAuthError:
         return None
 
 
-def _in_memory(
+def _answer_from_memory(
     ctx: ServerContext,
     form: dict[str, str],
     credentials: PresentedCredentials | None,
     address: str,
-) -> bool:
-    """A client_credentials request whose client, lockout state and resources are all cached
-    does no I/O: it is answered on the event loop, saving the worker-thread hop."""
-    return (
-        form.get("grant_type") == client_credentials.GRANT
-        and credentials is not None
-        and ctx.resources.is_cached()
-        and ctx.keys.is_fresh()
-        and client_auth.answerable_from_memory(ctx, credentials, address)
-    )
+) -> bytes | None:
+    """The answer to a client_credentials request computed from what is in memory (the
+    client, its lockout state, the resources, the signing key), on the event loop without the
+    worker-thread hop; None when anything would have to be read or written, and the request
+    then takes :func:`_respond` in a worker thread. Each lookup returns its value or nothing,
+    so nothing here can start I/O.
+
+    Raises:
+        OAuthError: the request is refused for a reason that needs no I/O to decide
+            (an unknown scope or resource, say).
+    """
+    if form.get("grant_type") != client_credentials.GRANT or credentials is None:
+        return None
+    resources = ctx.resources.cached()
+    signer = ctx.keys.cached_signer()
+    if resources is None or signer is None:
+        return None
+    client = authentication.authenticated_from_memory(ctx, credentials, address, ctx.now())
+    if client is None or client_credentials.GRANT not in client.grant_types:
+        return None
+    issuance = client_credentials.issue(ctx, client, form, resources)
+    _audit(client_credentials.GRANT, client, issuance)
+    return compact_json(issuance.response(signer))
 
 
 class TokenEndpoint:
@@ -138,9 +156,8 @@ class TokenEndpoint:
             require_form(content_type or "")
             form = parse_form(await receive_body(receive, length, ctx.settings.max_body_bytes))
             credentials = _credentials(authorization, form)
-            if _in_memory(ctx, form, credentials, address):
-                body = _respond(ctx, form, authorization, address, credentials)
-            else:
+            body = _answer_from_memory(ctx, form, credentials, address)
+            if body is None:
                 body = await run_blocking(_respond, ctx, form, authorization, address, credentials)
         except ClientDisconnect:
             return  # nobody left to answer

@@ -8,9 +8,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
+from mcpauth import jwt
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
 
 
 @dataclass
@@ -21,9 +22,10 @@ class Issuance:
     scopes: list[str]
     refresh_token: str | None = None
 
-    def response(self, ctx: ServerContext) -> dict[str, Any]:
+    def response(self, signer: jwt.CompactSigner) -> dict[str, Any]:
+        """The token response, the access token signed by ``signer``."""
         body: dict[str, Any] = {
-            "access_token": ctx.keys.signer().sign(self.claims),
+            "access_token": signer.sign(self.claims),
             "token_type": "Bearer",
             "expires_in": self.claims["exp"] - self.claims["iat"],
             "scope": " ".join(self.scopes),
@@ -92,5 +94,5 @@ def add_refresh_token(
         "expires_at": min(now + ctx.settings.refresh_token_idle_ttl, family_end),
         "rotated_at": None,
     }
-    grants.add_refresh_token(conn, values, now)
+    grant_store.add_refresh_token(conn, values, now)
     return token

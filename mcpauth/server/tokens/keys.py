@@ -122,10 +122,11 @@ class KeyManager:
                 if now - self._loaded_at >= RELOAD_SECONDS or now < self._loaded_at:
                     self._reload(now)
 
-    def is_fresh(self) -> bool:
-        """True if :meth:`signer` would answer without reading the database."""
+    def cached_signer(self) -> jwt.CompactSigner | None:
+        """:meth:`signer` from memory only; None if the keys would have to be read again."""
+        signer, loaded_at = self._signer, self._loaded_at
         now = self._clock()
-        return self._signer is not None and 0 <= now - self._loaded_at < RELOAD_SECONDS
+        return signer if signer is not None and 0 <= now - loaded_at < RELOAD_SECONDS else None
 
     def signer(self) -> jwt.CompactSigner:
         self._fresh()

@@ -13,9 +13,9 @@ from mcpauth.server.browser.login import client_ip
 from mcpauth.server.clients.authentication import authenticate_request
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
-from mcpauth.server.http import NO_STORE, error_response, form_params, json_response
+from mcpauth.server.http_io import NO_STORE, error_response, form_params, json_response
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client, RefreshToken, RevokedAccessToken
 from mcpauth.server.threads import run_blocking
 
@@ -26,7 +26,7 @@ def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> boo
         if row is None:
             return False
         if row.client_id == client.client_id:
-            grants.revoke_grant(session.connection(), row.grant_id, ctx.now())
+            grant_store.revoke_grant(session.connection(), row.grant_id, ctx.now())
     return True
 
 

@@ -13,7 +13,7 @@ from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
 from mcpauth.uris import URIError, canonical_resource
@@ -43,11 +43,11 @@ def _redeem(
     code_value = form.get("code")
     if not code_value:
         return InvalidRequest("code is required")
-    code = grants.code_by_digest(conn, digest(code_value))
+    code = grant_store.code_by_digest(conn, digest(code_value))
     if code is None or code.client_id != client.client_id:
         return InvalidGrant("The authorization code is invalid")
-    if code.redeemed_at is not None or not grants.redeem_code(conn, code.digest, now):
-        grants.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
+    if code.redeemed_at is not None or not grant_store.redeem_code(conn, code.digest, now):
+        grant_store.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
         audit(
             "replay.detected",
             kind="authorization_code",
@@ -61,7 +61,7 @@ def _redeem(
         _check_binding(code, client, form)
     except OAuthError as error:
         return error
-    grant = grants.grant_by_id(conn, code.grant_id)
+    grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
     issuance = for_grant(ctx, grant, code.scope.split(), now)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from mcpauth.errors import InvalidScope, UnauthorizedClient
 from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims
@@ -13,8 +14,11 @@ from mcpauth.server.tokens.issuance import Issuance, access_token_claims
 GRANT = "client_credentials"
 
 
-def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
-    """Issue an access token to the client itself.
+def issue(
+    ctx: ServerContext, client: Client, form: dict[str, str], resources: Resources | None = None
+) -> Issuance:
+    """Issue an access token to the client itself (``resources``: the registered resources
+    when the caller already has them; no I/O then).
 
     Raises:
         UnauthorizedClient: a public client.
@@ -24,7 +28,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
     if client.token_endpoint_auth_method == "none":
         raise UnauthorizedClient("client_credentials needs a confidential client")
     requested = checks.parse_scope(form.get("scope"))
-    resource = checks.resolve_resource(ctx.resources.current(), form.get("resource"))
+    resource = checks.resolve_resource(resources or ctx.resources.current(), form.get("resource"))
     if requested is None:
         allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
         requested = [s for s in resource.default_scopes if s in allowed] or [

@@ -17,8 +17,8 @@ from mcpauth.server.clients.assertions import record_jti
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import new_id
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.lookups import user_by_name
 from mcpauth.server.storage.models import Client, User
-from mcpauth.server.storage.registry import user_by_name
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims
 from mcpauth.uris import URIError, canonical_resource
 

@@ -13,7 +13,7 @@ from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grants
+from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
 from mcpauth.uris import URIError, canonical_resource
@@ -33,7 +33,7 @@ def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
 
 def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthError:
     """A rotated token came back (OAuth 2.1 §4.3.1): the whole grant is revoked."""
-    grants.revoke_grant(conn, grant_id, now)
+    grant_store.revoke_grant(conn, grant_id, now)
     audit("replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant_id)
     return InvalidGrant("The refresh token was already used; its grant is revoked")
 
@@ -44,10 +44,10 @@ def _rotate(
     value = form.get("refresh_token")
     if not value:
         return InvalidRequest("refresh_token is required")
-    token = grants.refresh_token_by_digest(conn, digest(value))
+    token = grant_store.refresh_token_by_digest(conn, digest(value))
     if token is None or token.client_id != client.client_id:
         return InvalidGrant("The refresh token is invalid")
-    grant = grants.grant_by_id(conn, token.grant_id)
+    grant = grant_store.grant_by_id(conn, token.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
     if token.rotated_at is not None:
@@ -60,7 +60,7 @@ def _rotate(
         scopes = _requested(form, token)
     except OAuthError as error:
         return error
-    if not grants.rotate_refresh_token(conn, token.digest, now):
+    if not grant_store.rotate_refresh_token(conn, token.digest, now):
         return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
     issuance = for_grant(ctx, grant, scopes, now)
     # RFC 6749 §6: the new refresh token keeps the original scope
