@@ -28,11 +28,11 @@ wire-safe (:func:`wire_description`).
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
+from mcpauth.oauth import OUTSIDE_ERROR_TEXT
+
 # RFC 6749 §5.2 / §4.1.2.1: error_description is %x20-21 / %x23-5B / %x5D-7E
-_OUTSIDE_DESCRIPTION_SET = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
 _SUBSTITUTES = {
     "\u00a7": "section ",
     '"': "'",
@@ -53,7 +53,7 @@ def wire_description(text: str) -> str:
     """``text`` restricted to the characters RFC 6749 §5.2 allows in ``error_description``:
     quotes, backslashes, controls and non-ASCII characters (an echoed value may hold any) are
     replaced, common typography by its ASCII look-alike and anything else by ``?``."""
-    return _OUTSIDE_DESCRIPTION_SET.sub(lambda m: _SUBSTITUTES.get(m.group(), "?"), text)
+    return OUTSIDE_ERROR_TEXT.sub(lambda m: _SUBSTITUTES.get(m.group(), "?"), text)
 
 
 class MCPAuthError(Exception):

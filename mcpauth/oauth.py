@@ -18,6 +18,7 @@ __all__ = [
     "AUTH_METHODS",
     "CLIENT_ASSERTION_TYPE",
     "JWT_BEARER",
+    "OUTSIDE_ERROR_TEXT",
     "SCOPE_TOKEN",
     "SECRET_METHODS",
     "TOKEN_EXCHANGE",
@@ -33,6 +34,9 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693 §2.1
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"  # RFC 7523 §2.2
 SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
+# Characters outside what error, error_description and WWW-Authenticate quoted values may hold
+# (RFC 6749 §5.2: %x20-21 / %x23-5B / %x5D-7E; no quote, no backslash).
+OUTSIDE_ERROR_TEXT = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
 
 
 def s256(verifier: str) -> str:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,11 @@ PROVIDER = HERE / "provider.mjs"
 NODE = ROOT / ".node22" / "node_modules" / ".bin" / "node"
 SERVER_CPU = "1"
 LOAD_CPU = 0
-MCPAUTH_NAME, PEER_NAME = "mcpauth", "oidc-provider"
+MCPAUTH_NAME, PEER_NAME, BASELINE_NAME = "mcpauth", "oidc-provider", "mcpauth (baseline)"
+
+
+def basic(client_id: str, secret: str) -> str:
+    return "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
 
 
 @dataclass
@@ -60,12 +64,21 @@ class Server:
 
 
 @contextmanager
-def mcpauth_server(workdir: Path, args: argparse.Namespace) -> Iterator[tuple[Server, str, str]]:
-    """`mcpauth serve` with the resource and a client_credentials client; yields the credentials."""
+def mcpauth_server(
+    workdir: Path,
+    args: argparse.Namespace,
+    *,
+    src: Path | None = None,
+    name: str = MCPAUTH_NAME,
+) -> Iterator[tuple[Server, str, str]]:
+    """`mcpauth serve` (imported from ``src`` when given) with the resource and a
+    client_credentials client; yields the server and the client's credentials."""
+    workdir = workdir / name.replace(" ", "-").strip("()")
+    workdir.mkdir(exist_ok=True)
     env = common.mcpauth_env(
         workdir,
         f"sqlite:///{workdir / 'mcpauth.db'}",
-        **({"PYTHONPATH": str(args.src.resolve())} if args.src else {}),
+        **({"PYTHONPATH": str(src.resolve())} if src else {}),
         # one client from one address sends every request: the per-minute token rate limit
         # (where the server has one) is raised so it never answers 429, but still counts
         MCPAUTH_RATE_LIMIT_TOKEN=str(args.rate_limit),
@@ -78,9 +91,7 @@ def mcpauth_server(workdir: Path, args: argparse.Namespace) -> Iterator[tuple[Se
     try:
         common.wait_ready(process, f"{base}/health", log_path)
         metadata = httpx.get(f"{base}/.well-known/oauth-authorization-server").json()
-        server = Server(
-            MCPAUTH_NAME, base, metadata["token_endpoint"], metadata["jwks_uri"], process
-        )
+        server = Server(name, base, metadata["token_endpoint"], metadata["jwks_uri"], process)
         yield server, client_id, secret
     finally:
         common.stop(process)
@@ -175,6 +186,14 @@ def report(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> s
         f"per-round ratios (each round measures both back to back): "
         f"{[round(x, 2) for x in paired]}, median {statistics.median(paired):.2f}x",
         f"CPU time per token, oidc-provider / mcpauth (medians): {their_cpu / our_cpu:.2f}x",
+        *(
+            [
+                f"ratio mcpauth / baseline {args.baseline} (median req/s): "
+                f"{ours / statistics.median(r['rps'] for r in rows[BASELINE_NAME]):.2f}x"
+            ]
+            if BASELINE_NAME in rows
+            else []
+        ),
         f"per-round req/s: mcpauth {[round(r['rps']) for r in rows[MCPAUTH_NAME]]}, "
         f"oidc-provider {[round(r['rps']) for r in rows[PEER_NAME]]}",
         f"load generator: at most {wrk_max * 100:.0f} % of its CPU "
@@ -200,6 +219,12 @@ def main() -> int:
     parser.add_argument(
         "--src", type=Path, help="import mcpauth from this checkout (PYTHONPATH) instead"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure mcpauth imported from this checkout (an earlier commit), in the "
+        "same rounds, as the 'before' of a change",
+    )
     args = parser.parse_args()
     common.require_tools("wrk", "taskset")
     if not NODE.exists():
@@ -210,33 +235,46 @@ def main() -> int:
     args.load_before = os.getloadavg()[0]
     body = urlencode({"grant_type": "client_credentials", "resource": RESOURCE, "scope": SCOPE})
     rows: dict[str, list[dict[str, Any]]] = {MCPAUTH_NAME: [], PEER_NAME: []}
-    with tempfile.TemporaryDirectory(prefix="mcpauth-bench-cc-") as tmp:
+    if args.baseline:
+        rows[BASELINE_NAME] = []
+    with tempfile.TemporaryDirectory(prefix="mcpauth-bench-cc-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        with mcpauth_server(workdir, args) as (ours, client_id, secret):
-            auth = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
-            with peer_server(workdir, client_id, secret) as peer:
-                servers = [ours, peer]
-                for server in servers:
-                    checked = verify(server, auth, body)
-                    print(
-                        f"{server.name}: 200, {checked['bytes']} bytes, {checked['header']}, "
-                        f"claims {sorted(checked['claims'])}, aud {checked['claims']['aud']}"
-                    )
-                for server in servers:
-                    wrk(server, auth, body, duration=args.warmup, connections=args.connections)
-                for round_ in range(args.rounds):
-                    for server in servers if round_ % 2 == 0 else servers[::-1]:
-                        result = wrk(
-                            server, auth, body, duration=args.duration, connections=args.connections
-                        )
-                        rows[server.name].append(result)
-                        print(
-                            f"round {round_ + 1} {server.name}: {result['rps']:.0f} req/s, "
-                            f"p99 {result['p99_us'] / 1000:.1f} ms, wrk CPU "
-                            f"{result['load_cpu'] * 100:.0f} %, server CPU "
-                            f"{result['server_cpu'] * 100:.0f} %",
-                            flush=True,
-                        )
+        ours, client_id, secret = stack.enter_context(mcpauth_server(workdir, args, src=args.src))
+        auth = {ours.name: basic(client_id, secret)}
+        peer = stack.enter_context(peer_server(workdir, client_id, secret))
+        auth[peer.name] = auth[ours.name]
+        servers = [ours, peer]
+        if args.baseline:
+            baseline, base_id, base_secret = stack.enter_context(
+                mcpauth_server(workdir, args, src=args.baseline, name=BASELINE_NAME)
+            )
+            auth[baseline.name] = basic(base_id, base_secret)
+            servers.append(baseline)
+        for server in servers:
+            checked = verify(server, auth[server.name], body)
+            print(
+                f"{server.name}: 200, {checked['bytes']} bytes, {checked['header']}, "
+                f"claims {sorted(checked['claims'])}, aud {checked['claims']['aud']}"
+            )
+        for server in servers:
+            wrk(server, auth[server.name], body, duration=args.warmup, connections=args.connections)
+        for round_ in range(args.rounds):
+            for server in servers if round_ % 2 == 0 else servers[::-1]:
+                result = wrk(
+                    server,
+                    auth[server.name],
+                    body,
+                    duration=args.duration,
+                    connections=args.connections,
+                )
+                rows[server.name].append(result)
+                print(
+                    f"round {round_ + 1} {server.name}: {result['rps']:.0f} req/s, "
+                    f"p99 {result['p99_us'] / 1000:.1f} ms, wrk CPU "
+                    f"{result['load_cpu'] * 100:.0f} %, server CPU "
+                    f"{result['server_cpu'] * 100:.0f} %",
+                    flush=True,
+                )
     print()
     print(report(rows, args))
     if args.json:

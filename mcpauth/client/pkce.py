@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import secrets
 from dataclasses import dataclass
 
 from mcpauth.client.errors import PKCENotSupported
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.oauth import s256
-
-
-def _b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 @dataclass(frozen=True)
@@ -26,7 +21,7 @@ class PKCE:
     @classmethod
     def generate(cls) -> PKCE:
         # RFC 7636 §4.1: 43..128 characters; 32 random bytes give 43.
-        verifier = _b64url(secrets.token_bytes(48))
+        verifier = secrets.token_urlsafe(48)
         return cls(verifier, s256(verifier))
 
 

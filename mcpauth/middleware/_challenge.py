@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from mcpauth.errors import InsufficientScope, OAuthError
 from mcpauth.middleware._asgi import Send, send_json
+from mcpauth.oauth import OUTSIDE_ERROR_TEXT
 
 # RFC 6750 §3: error_description and scope exclude '"' and '\'.
-_UNSAFE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
 
 
 def _quoted(value: str) -> str:
-    return '"' + _UNSAFE.sub("", value) + '"'
+    return '"' + OUTSIDE_ERROR_TEXT.sub("", value) + '"'
 
 
 def scope_string(scopes: Iterable[str]) -> str:

@@ -71,6 +71,23 @@ def resolve_resource(resources: Resources, requested: str | None) -> Resource:
     return resource
 
 
+def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
+    """A token request's optional ``resource`` names the resource already granted (RFC 8707
+    §2.2: a code, refresh token or assertion is bound to it); ``difference`` says how not.
+
+    Raises:
+        InvalidTarget: not a valid URI, or another resource.
+    """
+    if requested is None:
+        return
+    try:
+        canonical = canonical_resource(requested)
+    except URIError as exc:
+        raise InvalidTarget(f"resource: {exc}") from exc
+    if canonical != granted:
+        raise InvalidTarget(difference)
+
+
 def parse_scope(value: str | None) -> list[str] | None:
     """The scope parameter as an ordered list of distinct tokens (None when absent).
 

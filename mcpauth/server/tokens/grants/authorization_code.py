@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
@@ -16,7 +16,6 @@ from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
-from mcpauth.uris import URIError, canonical_resource
 
 
 def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None:
@@ -28,13 +27,9 @@ def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None
     if redirect_uri != code.redirect_uri:
         raise InvalidGrant("redirect_uri differs from the authorization request")
     checks.check_code_verifier(form.get("code_verifier"), code.code_challenge)
-    if "resource" in form:
-        try:
-            resource = canonical_resource(form["resource"])
-        except URIError as exc:
-            raise InvalidTarget(f"resource: {exc}") from exc
-        if resource != code.resource:
-            raise InvalidTarget("resource differs from the authorization request")
+    checks.check_same_resource(
+        form.get("resource"), code.resource, "resource differs from the authorization request"
+    )
 
 
 def _redeem(

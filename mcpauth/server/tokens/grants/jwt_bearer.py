@@ -66,10 +66,11 @@ def _check_claims(
         raise InvalidGrant("The assertion was issued for another client")
     try:
         resource = canonical_resource(str(claims["resource"]))
-        if "resource" in form and canonical_resource(form["resource"]) != resource:
-            raise InvalidTarget("resource differs from the assertion's resource")
     except URIError as exc:
         raise InvalidTarget(f"resource: {exc}") from exc
+    checks.check_same_resource(
+        form.get("resource"), resource, "resource differs from the assertion's resource"
+    )
     return resource
 
 

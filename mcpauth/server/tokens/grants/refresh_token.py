@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
@@ -16,18 +16,13 @@ from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
-from mcpauth.uris import URIError, canonical_resource
 
 
 def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
     scopes = checks.narrower_scopes(checks.parse_scope(form.get("scope")), token.scope.split())
-    if "resource" in form:
-        try:
-            resource = canonical_resource(form["resource"])
-        except URIError as exc:
-            raise InvalidTarget(f"resource: {exc}") from exc
-        if resource != token.resource:
-            raise InvalidTarget("resource is outside the original grant")
+    checks.check_same_resource(
+        form.get("resource"), token.resource, "resource is outside the original grant"
+    )
     return scopes
 
 
