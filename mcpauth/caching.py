@@ -61,13 +61,20 @@ def _monotonic() -> float:
     return time.monotonic()
 
 
+def wall_clock() -> float:
+    """Unix time, looked up on each call (so freezegun can move it): for entries whose expiry
+    comes from the outside world (a token's ``exp``, an HTTP date)."""
+    return time.time()
+
+
 class ExpiringCache(Generic[K, V]):
     """The one in-memory cache of mcpauth: thread-safe, at most ``max_entries`` entries (least
     recently used out first), each entry with its own expiry. ``ttl`` is the default lifetime;
     :meth:`put` may give an entry another one, or an absolute deadline on ``clock``.
 
-    Expired entries are not returned by :meth:`get` but stay (until evicted or replaced) for
-    :meth:`get_stale`, so a caller can fall back to its last good value when a refresh fails."""
+    An expired entry is dropped when :meth:`get` meets it, unless ``keep_stale``: then it stays
+    (until evicted or replaced) for :meth:`get_stale`, so a caller can fall back to its last
+    good value when a refresh fails."""
 
     def __init__(
         self,
@@ -75,10 +82,12 @@ class ExpiringCache(Generic[K, V]):
         max_entries: int = 10_000,
         *,
         clock: Callable[[], float] = _monotonic,
+        keep_stale: bool = False,
     ) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
         self._clock = clock
+        self._keep_stale = keep_stale
         self._entries: OrderedDict[K, tuple[float, float, V]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -97,7 +106,11 @@ class ExpiringCache(Generic[K, V]):
         now = self._clock()
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] <= now:
+            if entry is None:
+                return _MISSING
+            if entry[0] <= now:
+                if not self._keep_stale:
+                    del self._entries[key]
                 return _MISSING
             self._entries.move_to_end(key)
             return entry[2]

@@ -1,11 +1,12 @@
-"""HTTP freshness shared by the CIMD document cache and the middleware's JWKS cache."""
+"""Caching shared by the three parts: HTTP freshness (the CIMD document cache, the middleware's
+JWKS cache) and ExpiringCache, the one in-memory cache with per-entry expiry."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from mcpauth.caching import cache_directives, freshness_lifetime
+from mcpauth.caching import ExpiringCache, cache_directives, freshness_lifetime
 from mcpauth.middleware.jwks import cache_lifetime as jwks_lifetime
 
 NOW = 1772366400.0  # 2026-03-01 12:00:00 UTC
@@ -55,3 +56,69 @@ def test_directives_are_case_insensitive_and_unquoted() -> None:
 def test_jwks_lifetime_keeps_keys_within_its_bounds(cache_control: str, seconds: float) -> None:
     headers = httpx.Headers({"cache-control": cache_control} if cache_control else {})
     assert jwks_lifetime(headers, default=300.0, floor=30.0, ceiling=86400.0) == seconds
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_entry_expires_on_its_own() -> None:
+    clock = _Clock()
+    cache: ExpiringCache[str, int] = ExpiringCache(10, clock=clock)
+    cache.put("default", 1)
+    cache.put("short", 2, ttl=1)
+    cache.put("absolute", 3, expires_at=clock.now + 5)
+    clock.now += 2
+    assert (cache.get("default"), cache.get("short"), cache.get("absolute")) == (1, None, 3)
+    clock.now += 4
+    assert (cache.get("default"), cache.get("absolute")) == (1, None)
+    clock.now += 5
+    assert cache.get("default") is None
+    assert len(cache) == 0  # expired entries met by get are dropped
+
+
+def test_an_entry_already_expired_is_not_kept() -> None:
+    clock = _Clock()
+    cache: ExpiringCache[str, int] = ExpiringCache(10, clock=clock)
+    cache.put("a", 1)
+    cache.put("a", 2, expires_at=clock.now - 1)
+    assert cache.get("a") is None
+    assert len(cache) == 0
+
+
+def test_the_least_recently_used_entry_leaves_first() -> None:
+    cache: ExpiringCache[str, int] = ExpiringCache(60, max_entries=2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # a is now the most recently used
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (1, None, 3)
+
+
+def test_a_loaded_none_is_cached_like_any_value() -> None:
+    loads: list[str] = []
+    cache: ExpiringCache[str, int | None] = ExpiringCache(60)
+
+    def load() -> None:
+        loads.append("x")
+
+    assert cache.get_or_load("unknown", load) is None
+    assert cache.get_or_load("unknown", load) is None
+    assert loads == ["x"]
+
+
+def test_stale_entries_stay_for_a_fallback_only_when_asked() -> None:
+    clock = _Clock()
+    keeping: ExpiringCache[str, int] = ExpiringCache(10, clock=clock, keep_stale=True)
+    dropping: ExpiringCache[str, int] = ExpiringCache(10, clock=clock)
+    for cache in (keeping, dropping):
+        cache.put("k", 7)
+    clock.now += 30
+    assert keeping.get("k") is None
+    assert keeping.get_stale("k") == (7, 30.0)
+    assert dropping.get("k") is None
+    assert dropping.get_stale("k") is None

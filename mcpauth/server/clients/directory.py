@@ -13,15 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from mcpauth.caching import ExpiringCache
+from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.errors import InvalidClient
 from mcpauth.server.clients.fetch_admission import FetchDeclined, FetchGate, FetchLimits
 from mcpauth.server.clients.metadata_documents import (
@@ -73,9 +70,10 @@ class ClientDirectory:
         self._fetcher = fetcher_for(settings, **options)
         self.gate = FetchGate(self._fetcher, fetch_limits)
         self._documents = MetadataCache()
-        self._jwks: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._jwks: ExpiringCache[str, dict[str, Any]] = ExpiringCache(
+            JWKS_CACHE_SECONDS, JWKS_CACHE_ENTRIES, clock=wall_clock
+        )
         self._clients: ExpiringCache[str, Client | None] = ExpiringCache(CLIENT_CACHE_SECONDS)
-        self._lock = threading.Lock()
 
     def find(self, db: Database, client_id: str) -> Client | None:
         """The client named ``client_id``; a metadata document URL is resolved (AS-08).
@@ -128,11 +126,9 @@ class ClientDirectory:
             return client.jwks
         if client.jwks_uri is None:
             raise InvalidClient("The client has no registered keys")
-        now = time.time()
-        with self._lock:
-            cached = self._jwks.get(client.jwks_uri)
-            if cached is not None and cached[0] > now:
-                return cached[1]
+        cached = self._jwks.get(client.jwks_uri)
+        if cached is not None:
+            return cached
         try:
             document = json.loads(self._fetch(client.jwks_uri).content)
         except FetchDeclined as exc:
@@ -142,8 +138,5 @@ class ClientDirectory:
             raise InvalidClient("The client's jwks_uri cannot be fetched") from exc
         if not isinstance(document, dict):
             raise InvalidClient("The client's jwks_uri does not hold a JWKS")
-        with self._lock:
-            self._jwks[client.jwks_uri] = (now + JWKS_CACHE_SECONDS, document)
-            while len(self._jwks) > JWKS_CACHE_ENTRIES:
-                self._jwks.popitem(last=False)
+        self._jwks.put(client.jwks_uri, document)
         return document

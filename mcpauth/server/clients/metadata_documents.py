@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from mcpauth.caching import freshness_lifetime
+from mcpauth.caching import ExpiringCache, freshness_lifetime, wall_clock
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
 from mcpauth.server.clients.fetch_admission import FetchDeclined
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
@@ -211,34 +209,12 @@ def cache_lifetime(headers: Mapping[str, str], now: float) -> int:
     return int(min(max(lifetime, MIN_TTL), MAX_TTL))
 
 
-class MetadataCache:
-    """Validated documents by URL: least recently used out first, safe across threads."""
+class MetadataCache(ExpiringCache[str, dict[str, Any]]):
+    """Validated documents by URL, each until its HTTP freshness ends (wall-clock expiry),
+    least recently used out first, safe across threads."""
 
     def __init__(self, max_entries: int = 1000) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, url: str, now: float) -> dict[str, Any] | None:
-        with self._lock:
-            entry = self._entries.get(url)
-            if entry is None:
-                return None
-            if entry[0] <= now:
-                del self._entries[url]
-                return None
-            self._entries.move_to_end(url)
-            return entry[1]
-
-    def put(self, url: str, fields: dict[str, Any], expires_at: float) -> None:
-        with self._lock:
-            self._entries[url] = (expires_at, fields)
-            self._entries.move_to_end(url)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(ttl=0, max_entries=max_entries, clock=wall_clock)
 
 
 def fetcher_for(settings: Settings, **options: Any) -> SafeFetcher:
@@ -281,7 +257,7 @@ def resolve_client_metadata_document(
     check_client_id_url(client_id)
     _check_host_policy(settings, client_id)
     now = time.time()
-    cached = cache.get(client_id, now) if cache is not None else None
+    cached = cache.get(client_id) if cache is not None else None
     if cached is not None:
         return _new_client(client_id, cached, now)
     fetch = fetcher or fetcher_for(settings)
@@ -298,5 +274,5 @@ def resolve_client_metadata_document(
     # AS-10: only a document that passed every check is cached, for as long as HTTP allows
     lifetime = cache_lifetime(response.headers, now)
     if cache is not None and lifetime > 0:
-        cache.put(client_id, fields, now + lifetime)
+        cache.put(client_id, fields, expires_at=now + lifetime)
     return _new_client(client_id, fields, now)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import httpx
 
 from mcpauth import jwt
+from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.errors import InvalidGrant
 
 CACHE_SECONDS = 300
@@ -21,7 +21,12 @@ REFETCH_INTERVAL = 60
 class IdentityProviders:
     def __init__(self, configured: dict[str, str]) -> None:
         self._configured = dict(configured)
-        self._cache: dict[str, tuple[float, dict[str, jwt.VerificationKey]]] = {}
+        self._cache: ExpiringCache[str, dict[str, jwt.VerificationKey]] = ExpiringCache(
+            CACHE_SECONDS,
+            max_entries=max(16, len(configured)),
+            clock=wall_clock,
+            keep_stale=True,
+        )
         self._lock = threading.Lock()
 
     def is_trusted(self, issuer: str) -> bool:
@@ -47,18 +52,19 @@ class IdentityProviders:
         source = self._configured.get(issuer)
         if source is None:
             raise InvalidGrant("The assertion's issuer is not a trusted identity provider")
-        now = time.time()
-        with self._lock:
-            cached = self._cache.get(issuer)
-            fresh = cached is not None and now - cached[0] < CACHE_SECONDS
-            may_refetch = cached is None or now - cached[0] >= REFETCH_INTERVAL
-            if cached is not None and (fresh and not (refresh and may_refetch)):
-                return cached[1]
+        with self._lock:  # one fetch per process at a time
+            cached = self._cache.get_stale(issuer)  # (keys, age), fresh or not
+            if cached is not None:
+                keys, age = cached
+                fresh = age < CACHE_SECONDS
+                may_refetch = age >= REFETCH_INTERVAL
+                if fresh and not (refresh and may_refetch):
+                    return keys
             try:
                 keys = jwt.key_set(self._fetch(source))
             except (httpx.HTTPError, ValueError) as exc:
                 if cached is not None:
-                    return cached[1]
+                    return cached[0]  # the last good keys while the provider is unreachable
                 raise InvalidGrant("The identity provider's keys cannot be loaded") from exc
-            self._cache[issuer] = (now, keys)
+            self._cache.put(issuer, keys)
             return keys
