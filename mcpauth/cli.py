@@ -48,18 +48,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from mcpauth.server.app import create_app
     from mcpauth.server.operations.logs import configure_logging
 
-    settings = _settings(args, issuer=args.issuer, host=args.host, port=args.port)
-    configure_logging(args.log_level or settings.log_level, settings.log_format)
+    settings = _settings(
+        args, issuer=args.issuer, host=args.host, port=args.port, log_level=args.log_level
+    )
+    configure_logging(settings.log_level, settings.log_format)  # before the app's own start
+    # the app applies trusted_proxies itself (uvicorn's proxy headers stay off: applied once)
     app = create_app(settings)
-    proxies = list(settings.trusted_proxies)
     uvicorn.run(
         app,
         host=settings.host,
         port=settings.port,
         access_log=False,
-        log_level=args.log_level or settings.log_level,
-        proxy_headers=bool(proxies),
-        forwarded_allow_ips=proxies or None,
+        log_level=settings.log_level,
+        proxy_headers=False,
         timeout_graceful_shutdown=10,
         server_header=False,
     )

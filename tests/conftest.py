@@ -3,6 +3,7 @@ SQLite file, and an httpx client bound to it over ASGI."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,13 @@ def _dispose_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for engine in created:
         engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _restore_mcpauth_logging() -> Iterator[None]:
+    """An app's lifespan configures the ``mcpauth`` loggers (its log settings): put them back
+    after each test, so one test's app never hides another's log records from ``caplog``."""
+    logger = logging.getLogger("mcpauth")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]

@@ -266,3 +266,117 @@ def rotate_keys(ctx: ServerContext) -> dict[str, Any]:
 
 def dump(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+class Admin:
+    """The administrative API for Python code: the same operations as the ``mcpauth users``,
+    ``resources``, ``clients`` and ``keys`` commands, on the database of ``settings``::
+
+        with Admin.open(Settings(issuer="https://auth.example.com")) as admin:
+            admin.add_resource("https://mcp.example.com/mcp", scopes=["mcp:tools"])
+            admin.add_user("alice", password)
+
+    or on a running application, whose caches then see each change at once::
+
+        admin = Admin.of(app)
+
+    Every method raises :class:`AdminError` with a plain message when it cannot do what
+    was asked (a duplicate name, an unknown id, invalid client metadata)."""
+
+    def __init__(self, ctx: ServerContext, *, owns_database: bool = False) -> None:
+        self._ctx = ctx
+        self._owns_database = owns_database
+
+    @classmethod
+    def open(cls, settings: Settings, *, upgrade: bool = True) -> Admin:
+        """An admin on ``settings.database_url`` (an embedded SQLite database is created or
+        upgraded; another database must already be at the newest schema)."""
+        return cls(open_context(settings, upgrade=upgrade), owns_database=True)
+
+    @classmethod
+    def of(cls, app: Any) -> Admin:
+        """An admin on the database of an application made by ``create_app``."""
+        return cls(app.state.mcpauth)
+
+    def close(self) -> None:
+        if self._owns_database:
+            self._ctx.db.dispose()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_user(self, username: str, password: str) -> dict[str, Any]:
+        return add_user(self._ctx, username, password)
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return list_users(self._ctx)
+
+    def remove_user(self, username: str) -> None:
+        remove_user(self._ctx, username)
+
+    def add_resource(
+        self,
+        uri: str,
+        *,
+        name: str = "",
+        scopes: Sequence[str] = (),
+        default_scopes: Sequence[str] = (),
+        is_default: bool = False,
+    ) -> dict[str, Any]:
+        return add_resource(
+            self._ctx,
+            uri,
+            name=name,
+            scopes=scopes,
+            default_scopes=default_scopes,
+            is_default=is_default,
+        )
+
+    def list_resources(self) -> list[dict[str, Any]]:
+        return list_resources(self._ctx)
+
+    def remove_resource(self, uri: str) -> None:
+        remove_resource(self._ctx, uri)
+
+    def add_client(
+        self,
+        *,
+        name: str,
+        redirect_uris: Sequence[str] = (),
+        grant_types: Sequence[str] = (),
+        auth_method: str | None = None,
+        jwks_uri: str | None = None,
+        jwks: dict[str, Any] | None = None,
+        scopes: Sequence[str] = (),
+        first_party: bool = False,
+        introspect: bool = False,
+    ) -> dict[str, Any]:
+        """Register a client; the result holds ``client_id`` and, for a confidential client,
+        ``client_secret`` (shown once: only its digest is stored)."""
+        return add_client(
+            self._ctx,
+            name=name,
+            redirect_uris=redirect_uris,
+            grant_types=grant_types,
+            auth_method=auth_method,
+            jwks_uri=jwks_uri,
+            jwks=jwks,
+            scopes=scopes,
+            first_party=first_party,
+            introspect=introspect,
+        )
+
+    def list_clients(self) -> list[dict[str, Any]]:
+        return list_clients(self._ctx)
+
+    def remove_client(self, client_id: str) -> None:
+        remove_client(self._ctx, client_id)
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        return list_keys(self._ctx)
+
+    def rotate_keys(self) -> dict[str, Any]:
+        return rotate_keys(self._ctx)

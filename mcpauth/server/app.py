@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server import discovery
@@ -28,7 +29,7 @@ from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context, wall_clock
 from mcpauth.server.http_io import cors, error_response, oauth_errors
-from mcpauth.server.operations.logs import RequestIdMiddleware
+from mcpauth.server.operations.logs import RequestIdMiddleware, configure_logging
 from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMiddleware
 from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
 from mcpauth.server.operations.rate_limits import Rate, RateLimitMiddleware
@@ -67,9 +68,15 @@ def _middleware(
     metrics: Metrics | None,
     token_route: Route,
 ) -> list[Middleware]:
-    """Outermost first: request ids, metrics, then rate limits before any endpoint work,
-    then the token endpoint's direct route."""
-    stack = [Middleware(RequestIdMiddleware)]
+    """Outermost first: the address behind trusted proxies, request ids, metrics, then rate
+    limits before any endpoint work, then the token endpoint's direct route."""
+    stack = []
+    if settings.trusted_proxies:
+        # the client address and scheme from X-Forwarded-For/-Proto, believed only from these
+        stack.append(
+            Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies))
+        )
+    stack.append(Middleware(RequestIdMiddleware))
     if metrics is not None:
         stack.append(Middleware(MetricsMiddleware, metrics=metrics))
     rates = {
@@ -235,8 +242,13 @@ def create_app(
     engine: Engine | None = None,
     clock: Callable[[], float] | None = None,
     outbound_ssl_context: ssl.SSLContext | None = None,
+    configure_logs: bool = True,
 ) -> Starlette:
-    """The authorization server for ``settings``. ``outbound_ssl_context`` verifies the
+    """The authorization server for ``settings``, every field honoured wherever the app is
+    served (``mcpauth serve``, uvicorn, another ASGI server): ``trusted_proxies`` by a
+    proxy-headers middleware in front of everything, ``log_level`` and ``log_format`` when
+    the app starts (its lifespan), on the ``mcpauth`` loggers only; ``configure_logs=False``
+    leaves logging to the embedding application. ``outbound_ssl_context`` verifies the
     servers of client metadata documents and ``jwks_uri``s (tests pass a private CA).
 
     Raises:
@@ -252,6 +264,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if configure_logs:
+            configure_logging(settings.log_level, settings.log_format)
         pruner = (
             asyncio.create_task(_prune_periodically(ctx, metrics))
             if settings.prune_interval
