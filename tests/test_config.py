@@ -65,3 +65,34 @@ def test_embedded_database_generates_a_private_secret_once(tmp_path: Path) -> No
 def test_a_shared_database_requires_a_configured_secret() -> None:
     with pytest.raises(ConfigurationError, match="MCPAUTH_SECRET_KEY"):
         resolve_server_secret(None, "postgresql://u@127.0.0.1/db")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("true", True), ("1", True), ("yes", True), ("on", True), ("false", False), ("0", False),
+     ("off", False), ("no", False)],
+)  # fmt: skip
+def test_environment_booleans_follow_the_setting_type(raw: str, expected: bool) -> None:
+    environ = {"MCPAUTH_METRICS": raw, "MCPAUTH_OFFLINE_ACCESS": raw, "MCPAUTH_CIMD_ENABLED": raw}
+    settings = load_settings(environ=environ)
+    assert (settings.metrics, settings.offline_access, settings.cimd_enabled) == (expected,) * 3
+
+
+def test_an_environment_boolean_that_is_neither_is_refused_by_name() -> None:
+    with pytest.raises(ConfigurationError, match=r"^metrics: "):
+        load_settings(environ={"MCPAUTH_METRICS": "maybe"})
+
+
+def test_environment_lists_and_tables_follow_the_setting_type() -> None:
+    settings = load_settings(
+        environ={
+            "MCPAUTH_TRUSTED_PROXIES": " 10.0.0.1, 10.0.0.2 ,",
+            "MCPAUTH_CIMD_DENY_HOSTS": "evil.example",
+            "MCPAUTH_TRUSTED_IDPS": '{"https://idp.example": "https://idp.example/jwks"}',
+        }
+    )
+    assert settings.trusted_proxies == ("10.0.0.1", "10.0.0.2")
+    assert settings.cimd_deny_hosts == ("evil.example",)
+    assert settings.trusted_idps == {"https://idp.example": "https://idp.example/jwks"}
+    with pytest.raises(ConfigurationError, match="MCPAUTH_TRUSTED_IDPS must be a JSON object"):
+        load_settings(environ={"MCPAUTH_TRUSTED_IDPS": "not json"})

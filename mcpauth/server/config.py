@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -151,20 +151,18 @@ class Settings(BaseModel):
         return self.issuer.startswith("https://")
 
 
-_LIST_SETTINGS = {"trusted_proxies", "cimd_allow_hosts", "cimd_deny_hosts"}
-_BOOL_SETTINGS = {"offline_access", "cimd_enabled", "metrics"}
-
-
 def _coerce_env(name: str, value: str) -> Any:
-    if name == "trusted_idps":
+    """An environment variable's text as the setting's type asks for it: a tuple from a
+    comma-separated list, a table from JSON; everything else (numbers, booleans such as
+    ``true``/``1``/``off``) is left to the model's own validation."""
+    shape = get_origin(Settings.model_fields[name].annotation)
+    if shape is dict:
         try:
             return json.loads(value)
         except ValueError as exc:
-            raise ConfigurationError("MCPAUTH_TRUSTED_IDPS must be a JSON object") from exc
-    if name in _LIST_SETTINGS:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a JSON object") from exc
+    if shape is tuple:
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if name in _BOOL_SETTINGS:
-        return value.lower() in ("1", "true", "yes", "on")
     return value
 
 
