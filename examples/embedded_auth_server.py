@@ -1,0 +1,59 @@
+"""An authorization server embedded in your own program: `create_app` for the ASGI app, `Admin`
+to register the protected MCP server and a machine client from Python, uvicorn to serve it.
+
+    python examples/embedded_auth_server.py --port 9000 --resource http://127.0.0.1:8000/mcp \
+        --credentials /tmp/agent.json
+
+writes the machine client's id and secret to --credentials (mode 0600) for
+examples/machine_agent.py, then serves until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from mcpauth.server import Admin, Settings, create_app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--resource", default="http://127.0.0.1:8000/mcp")
+    parser.add_argument("--credentials", type=Path, required=True)
+    parser.add_argument("--data", type=Path, help="directory for the SQLite database")
+    args = parser.parse_args()
+
+    data = args.data or Path(tempfile.mkdtemp(prefix="mcpauth-example-"))
+    settings = Settings(
+        issuer=f"http://127.0.0.1:{args.port}",
+        database_url=f"sqlite:///{data / 'auth.db'}",
+        log_level="warning",
+    )
+    app = create_app(settings)
+
+    admin = Admin.of(app)  # the running app sees every change at once
+    if not admin.list_resources():
+        admin.add_resource(
+            args.resource,
+            name="Example MCP server",
+            scopes=["notes:read=Read your notes", "notes:write=Change your notes"],
+            default_scopes=["notes:read"],
+            is_default=True,
+        )
+    agent = admin.add_client(
+        name="example agent", grant_types=["client_credentials"], scopes=["notes:read"]
+    )
+    fd = os.open(args.credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"client_id": agent["client_id"], "client_secret": agent["client_secret"]}, out)
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
