@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mcpauth.client._flow import Authorize, FlowConfig, OAuthFlow
 from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.flow import Authorize
 from mcpauth.client.storage import FileStorage, MemoryStorage, TokenKey, default_path
 from mcpauth.client.tokens import TokenSet
-from tests.client.conftest import Driver
+from tests.client.conftest import Driver, make_flow
 from tests.client.fakes import FakeServers
 
 KEY = TokenKey("https://as.example", "https://mcp.example/mcp", "client-1")
@@ -50,7 +50,7 @@ def test_cl11_clients_are_keyed_by_issuer(storage: MemoryStorage | FileStorage) 
 def test_forget_drops_discovery_and_its_tokens(
     fake: FakeServers, driver: Driver, storage: MemoryStorage | FileStorage
 ) -> None:
-    flow = OAuthFlow(FlowConfig(fake.resource, clock=fake.clock), storage)
+    flow = make_flow(fake, storage)
     driver.run(flow.request_flow())
     assert storage.get_discovery(fake.resource) is not None
     flow.forget()
@@ -97,11 +97,9 @@ def test_a_restarted_process_refreshes_instead_of_authorizing_again(
     fake: FakeServers, driver: Driver, tmp_path: Path
 ) -> None:
     path = tmp_path / "client.json"
-    driver.run(
-        OAuthFlow(FlowConfig(fake.resource, clock=fake.clock), FileStorage(path)).request_flow()
-    )
+    driver.run(make_flow(fake, FileStorage(path)).request_flow())
     fake.now += fake.expires_in + 600  # the process was gone for a while; the token expired
-    restarted = OAuthFlow(FlowConfig(fake.resource, clock=fake.clock), FileStorage(path))
+    restarted = make_flow(fake, FileStorage(path))
     driver.run(restarted.request_flow())
     assert sum(isinstance(s, Authorize) for s in driver.steps) == 1
     assert [r["grant_type"] for r in fake.token_requests] == ["authorization_code", "refresh_token"]
@@ -112,13 +110,9 @@ def test_a_restarted_process_uses_a_still_valid_token_without_any_request(
     fake: FakeServers, driver: Driver, tmp_path: Path
 ) -> None:
     path = tmp_path / "client.json"
-    driver.run(
-        OAuthFlow(FlowConfig(fake.resource, clock=fake.clock), FileStorage(path)).request_flow()
-    )
+    driver.run(make_flow(fake, FileStorage(path)).request_flow())
     before = len(driver.requests())
-    driver.run(
-        OAuthFlow(FlowConfig(fake.resource, clock=fake.clock), FileStorage(path)).request_flow()
-    )
+    driver.run(make_flow(fake, FileStorage(path)).request_flow())
     assert len(driver.requests()) == before
 
 
