@@ -1,7 +1,8 @@
-"""The flat keyword arguments ``OAuth`` took before 0.2, mapped onto the grouped options.
+"""The flat keyword arguments ``OAuth`` took at first, mapped onto the grouped options.
 
-Deprecated: each call that uses them warns once (``DeprecationWarning``); they go in 0.3. This
-module holds the whole mapping so that removing it later touches one file.
+Deprecated: a call that uses them warns (``DeprecationWarning``), and they are removed in the
+next minor release. This module holds the whole mapping, so that removing it touches this file
+and the few lines of ``auth.py`` that call it.
 """
 
 from __future__ import annotations
@@ -69,14 +70,22 @@ def check_names(flat: dict[str, Any], given: Mapping[str, object]) -> None:
         raise TypeError(f"OAuth() got an unexpected keyword argument {unknown[0]!r}")
     for group, names in GROUPS.items():
         both = [name for name in names if name in flat]
-        if both and given.get(group) is not None and not isinstance(given[group], str):
+        if both and _grouped(given.get(group)):
             raise TypeError(f"OAuth(): pass {group}= or {', '.join(both)}=, not both")
+
+
+def _grouped(value: object) -> bool:
+    """A value in the new form: not absent, not a grant name, not a plain callable handler."""
+    if value is None or isinstance(value, str):
+        return False
+    return isinstance(value, RedirectHandler) or not callable(value)
 
 
 def warn() -> None:
     warnings.warn(
         "OAuth()'s flat keyword arguments (client_id=, client_name=, scopes=, ...) and grant "
-        "names are deprecated and go in mcpauth 0.3: pass credentials=ClientCredentials(...), "
+        "names are deprecated and will be removed in the next minor release: pass "
+        "credentials=ClientCredentials(...), "
         "registration=Registration(...), grant=AuthorizationCodeGrant(...) and so on "
         "(docs/api/client.md)",
         DeprecationWarning,

@@ -15,7 +15,7 @@ request, which authorization server to use when a resource lists several, and th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -26,6 +26,7 @@ GrantName = Literal["authorization_code", "client_credentials", "jwt_bearer"]
 
 
 def _scopes(value: Iterable[str]) -> tuple[str, ...]:
+    """Any sequence of scope names, kept as a tuple so that the grant stays immutable."""
     if isinstance(value, str):
         raise TypeError("scopes is a sequence of scope names, not one string")
     return tuple(value)
@@ -41,7 +42,7 @@ class AuthorizationCodeGrant:
     """
 
     name: ClassVar[GrantName] = "authorization_code"
-    scopes: tuple[str, ...] = ()
+    scopes: Sequence[str] = ()
     offline_access: bool = True
 
     def __post_init__(self) -> None:
@@ -53,7 +54,7 @@ class ClientCredentialsGrant:
     """A program acts for itself with pre-registered credentials; no person, no browser."""
 
     name: ClassVar[GrantName] = "client_credentials"
-    scopes: tuple[str, ...] = ()
+    scopes: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scopes", _scopes(self.scopes))
@@ -66,7 +67,7 @@ class JWTBearerGrant:
 
     name: ClassVar[GrantName] = "jwt_bearer"
     identity: IdentityAssertion
-    scopes: tuple[str, ...] = ()
+    scopes: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scopes", _scopes(self.scopes))

@@ -41,7 +41,7 @@ class Registration:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "RegistrationOptions":  # the name before 0.2; removed in 0.3
+    if name == "RegistrationOptions":  # the earlier name; removed in the next minor release
         warnings.warn(
             "RegistrationOptions is now mcpauth.client.Registration",
             DeprecationWarning,

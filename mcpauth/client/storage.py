@@ -141,9 +141,7 @@ class FileStorage(_DocumentStorage):
     the file takes it, and it is released when a process dies.
     """
 
-    blocking: ClassVar[bool] = (
-        True  # disk and lock waits: called from a worker thread in async code
-    )
+    blocking: ClassVar[bool] = True  # waits on the disk and the lock: not on the event loop
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
