@@ -2,8 +2,9 @@
 
 It is both an :class:`httpx.Auth` and an :class:`httpx2.Auth` (the HTTP client of the official
 MCP Python SDK), so it plugs into ``streamable_http_client(url, http_client=...)`` as well as
-into scripts. The logic is the sans-I/O flow in :mod:`mcpauth.client._flow`; this module only
-moves its steps on and off the wire.
+into scripts. The logic is the sans-I/O flow in :mod:`mcpauth.client.flow`; this module only
+carries its steps out: HTTP through the caller's client, storage calls (in a worker thread when
+on an event loop and the storage blocks), and the user agent through the redirect handler.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
-import time
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any
 
@@ -20,22 +20,24 @@ import anyio.to_thread
 import httpx
 import httpx2
 
-from mcpauth.client._flow import Authorize, Flow, FlowConfig, Grant, Lock, OAuthFlow, RedirectURI
-from mcpauth.client._flow import Resend as _Resend
+from mcpauth.client import _legacy
 from mcpauth.client._http import HTTPRequest, HTTPResponse
-from mcpauth.client.callback import (
-    DEFAULT_TIMEOUT,
-    CallableRedirectHandler,
-    LoopbackRedirectHandler,
-    RedirectHandler,
-)
+from mcpauth.client.callback import LoopbackRedirectHandler, RedirectHandler
 from mcpauth.client.credentials import ClientCredentials
-from mcpauth.client.discovery import ServerSelector
-from mcpauth.client.enterprise import IdentityAssertion
-from mcpauth.client.registration import RegistrationOptions
+from mcpauth.client.flow import (
+    Authorize,
+    Flow,
+    FlowConfig,
+    Lock,
+    OAuthFlow,
+    RedirectURI,
+    StorageCall,
+)
+from mcpauth.client.flow import Resend as _Resend
+from mcpauth.client.options import Grant, GrantName, Policy
+from mcpauth.client.registration import Registration
 from mcpauth.client.storage import MemoryStorage, TokenStorage
 from mcpauth.client.tokens import TokenSet
-from mcpauth.jwt import PrivateKey
 
 AnyRequest = httpx.Request | httpx2.Request
 AnyResponse = httpx.Response | httpx2.Response
@@ -54,64 +56,33 @@ def _from_wire(response: AnyResponse, *, with_body: bool) -> HTTPResponse:
     return HTTPResponse(response.status_code, headers, body, challenges)
 
 
-def _handler(
-    redirect_handler: RedirectHandler | Callable[[str], str] | None,
-    redirect_uri: str | None,
-    open_browser: bool,
-    callback_timeout: float,
-) -> RedirectHandler:
-    if redirect_handler is None:
-        port = 0 if redirect_uri is None else (httpx.URL(redirect_uri).port or 80)
-        path = "/callback" if redirect_uri is None else httpx.URL(redirect_uri).path
-        return LoopbackRedirectHandler(
-            port=port, path=path, open_browser=open_browser, timeout=callback_timeout
-        )
-    if isinstance(redirect_handler, RedirectHandler):
-        return redirect_handler
-    if redirect_uri is None:
-        raise ValueError("a callable redirect_handler needs redirect_uri")
-    return CallableRedirectHandler(redirect_uri, redirect_handler)
-
-
-def _credentials(
-    client_id: str | None,
-    client_secret: str | None,
-    private_key: PrivateKey | None,
-    auth_method: str | None,
-    signing_alg: str,
-    client_issuer: str | None,
-) -> ClientCredentials | None:
-    if client_id is None:
-        return None
-    if auth_method is None:
-        auth_method = (
-            "private_key_jwt" if private_key else "client_secret_basic" if client_secret else "none"
-        )
-    return ClientCredentials(
-        client_id=client_id,
-        client_secret=client_secret,
-        auth_method=auth_method,
-        private_key=private_key,
-        signing_alg=signing_alg,
-        issuer=client_issuer,
-    )
-
-
 class OAuth(httpx.Auth, httpx2.Auth):
     """OAuth 2.1 for MCP servers: discovery, registration, PKCE, refresh, step-up.
 
     Pass it as ``auth=`` to ``httpx.Client``/``AsyncClient`` or ``httpx2.AsyncClient``.
-    ``grant`` is ``authorization_code`` (a user in a browser), ``client_credentials`` (machine to
-    machine, needs ``client_id`` plus a secret or ``private_key``) or ``jwt_bearer`` (enterprise
-    managed, needs ``identity``).
 
-    ``client_name`` is the name sent when this object registers a client dynamically (RFC 7591),
-    shown on the consent page and the account page. The storage keeps one registration per
-    authorization server, and the tokens belong to it, so when ``storage`` already holds one for
-    the server (``FileStorage()`` after ``mcpauth login``, which registers as ``mcpauth``) it is
-    reused with its tokens and ``client_name`` is not used: that is what lets a script use the
-    tokens of ``mcpauth login`` without a browser. To appear under its own name, a program
-    passes a storage of its own.
+    Args:
+        server_url: the MCP server's URL (the resource).
+        credentials: a pre-registered client; ``None`` to use ``registration`` instead.
+        registration: how to get a client ID when there are no ``credentials``: a Client ID
+            Metadata Document URL, else dynamic registration under ``client_name``.
+        storage: where discovery results, registrations and tokens are kept
+            (:class:`MemoryStorage` by default; :class:`FileStorage` survives restarts).
+        redirect_handler: takes the user to the authorization endpoint and back
+            (a :class:`LoopbackRedirectHandler` on an ephemeral port by default).
+        grant: :class:`AuthorizationCodeGrant` (default), :class:`ClientCredentialsGrant` or
+            :class:`JWTBearerGrant`, each with the scopes to ask for.
+        policy: refresh margin, retries, server choice and clock.
+
+    The storage keeps one registration per authorization server, and the tokens belong to it:
+    when ``storage`` already holds one for the server (``FileStorage()`` after ``mcpauth login``,
+    which registers as ``mcpauth``) it is reused with its tokens and ``registration`` is not
+    used. That lets a script use the tokens of ``mcpauth login`` without a browser; a program
+    that should appear under its own name passes a storage of its own.
+
+    The flat keyword arguments of earlier releases (``client_id=``, ``client_name=``,
+    ``scopes=``, ``redirect_uri=``, ``clock=``...) and grants given by name still work in this
+    release and warn with ``DeprecationWarning``.
 
     Raises (from requests made with it):
         ClientError: discovery, registration, authorization or the token endpoint failed.
@@ -124,54 +95,42 @@ class OAuth(httpx.Auth, httpx2.Auth):
         self,
         server_url: str,
         *,
+        credentials: ClientCredentials | None = None,
+        registration: Registration | None = None,
         storage: TokenStorage | None = None,
-        client_name: str = "mcpauth client",
-        scopes: list[str] | tuple[str, ...] | None = None,
-        redirect_uri: str | None = None,
         redirect_handler: RedirectHandler | Callable[[str], str] | None = None,
-        client_id: str | None = None,
-        client_secret: str | None = None,
-        private_key: PrivateKey | None = None,
-        signing_alg: str = "ES256",
-        token_endpoint_auth_method: str | None = None,
-        client_issuer: str | None = None,
-        client_metadata_url: str | None = None,
-        grant: Grant | None = None,
-        identity: IdentityAssertion | None = None,
-        open_browser: bool = True,
-        callback_timeout: float = DEFAULT_TIMEOUT,
-        refresh_margin: float = 60.0,
-        max_attempts: int = 3,
-        offline_access: bool = True,
-        select_server: ServerSelector | None = None,
-        clock: Callable[[], float] = time.time,
+        grant: Grant | GrantName | None = None,
+        policy: Policy | None = None,
+        **deprecated: Any,
     ) -> None:
+        if _legacy.is_legacy(deprecated, grant, redirect_handler):
+            given = {
+                "credentials": credentials,
+                "registration": registration,
+                "grant": grant,
+                "redirect_handler": redirect_handler,
+                "policy": policy,
+            }
+            _legacy.check_names(deprecated, given)
+            _legacy.warn()
+        credentials, registration, chosen, handler, policy = _legacy.convert(
+            deprecated,
+            credentials=credentials,
+            registration=registration,
+            grant=grant,
+            redirect_handler=redirect_handler,
+            policy=policy,
+        )
         config = FlowConfig(
             server_url=server_url,
-            grant=grant or ("jwt_bearer" if identity else "authorization_code"),
-            credentials=_credentials(
-                client_id,
-                client_secret,
-                private_key,
-                token_endpoint_auth_method,
-                signing_alg,
-                client_issuer,
-            ),
-            registration=RegistrationOptions(
-                client_name=client_name, client_metadata_url=client_metadata_url
-            ),
-            scopes=tuple(scopes or ()),
-            identity=identity,
-            refresh_margin=refresh_margin,
-            max_attempts=max_attempts,
-            offline_access=offline_access,
-            clock=clock,
+            grant=chosen,
+            credentials=credentials,
+            registration=registration if registration is not None else Registration(),
+            policy=policy if policy is not None else Policy(),
         )
-        if select_server is not None:
-            config.select_server = select_server
         self.flow = OAuthFlow(config, storage if storage is not None else MemoryStorage())
-        self.redirect_handler = _handler(
-            redirect_handler, redirect_uri, open_browser, callback_timeout
+        self.redirect_handler: RedirectHandler = (
+            handler if handler is not None else LoopbackRedirectHandler()
         )
         self._sync_lock = threading.Lock()
         self._async_lock: anyio.Lock | None = None
@@ -240,6 +199,8 @@ class OAuth(httpx.Auth, httpx2.Auth):
                     if not held:
                         self._sync_lock.acquire()
                         held = True
+                elif isinstance(step, StorageCall):
+                    result = step.run()
                 elif isinstance(step, _Resend):
                     if held:
                         self._sync_lock.release()
@@ -281,6 +242,11 @@ class OAuth(httpx.Auth, httpx2.Auth):
                     if not held:
                         await lock.acquire()
                         held = True
+                elif isinstance(step, StorageCall):
+                    # a blocking storage (a file) is used from a worker thread, off the event loop
+                    result = (
+                        await anyio.to_thread.run_sync(step.run) if step.blocking else step.run()
+                    )
                 elif isinstance(step, _Resend):
                     if held:
                         lock.release()

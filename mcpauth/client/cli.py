@@ -62,24 +62,33 @@ def add_client_parsers(subparsers: Any) -> None:
 
 
 def _oauth(args: argparse.Namespace) -> Any:
-    from mcpauth.client.auth import OAuth
-    from mcpauth.client.callback import LoopbackRedirectHandler
-    from mcpauth.client.storage import FileStorage
+    from mcpauth.client import (
+        AuthorizationCodeGrant,
+        ClientCredentials,
+        ClientCredentialsGrant,
+        FileStorage,
+        LoopbackRedirectHandler,
+        OAuth,
+        Registration,
+    )
 
     secret = os.environ.get(args.client_secret_env) if args.client_secret_env else None
+    credentials = None if args.client_id is None else ClientCredentials(args.client_id, secret)
+    grant = (
+        ClientCredentialsGrant(scopes=args.scope)
+        if args.client_credentials
+        else AuthorizationCodeGrant(scopes=args.scope)
+    )
     handler = LoopbackRedirectHandler(
         port=args.port, open_browser=not args.no_browser, timeout=args.timeout
     )
     return OAuth(
         args.url,
+        credentials=credentials,
+        registration=Registration("mcpauth", client_metadata_url=args.client_metadata_url),
         storage=FileStorage(args.store),
-        client_name="mcpauth",
-        scopes=args.scope,
-        client_id=args.client_id,
-        client_secret=secret,
-        client_metadata_url=args.client_metadata_url,
-        grant="client_credentials" if args.client_credentials else None,
         redirect_handler=handler,
+        grant=grant,
     )
 
 
@@ -120,8 +129,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
-    from mcpauth.client.auth import OAuth
-    from mcpauth.client.storage import FileStorage
+    from mcpauth.client import FileStorage, OAuth
 
     OAuth(args.url, storage=FileStorage(args.store)).forget()
     print(f"Forgot the tokens for {args.url}.", file=sys.stderr)

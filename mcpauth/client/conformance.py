@@ -6,6 +6,9 @@ The suite sets ``MCP_CONFORMANCE_SCENARIO`` (and ``MCP_CONFORMANCE_CONTEXT`` as 
 scenarios with credentials) and appends the server URL as the last argument. The only choices
 made per scenario are the credentials and the grant, as in the suite's reference client; the
 rest is the ordinary :class:`~mcpauth.client.OAuth` driving the official MCP Python SDK.
+
+Needs the ``conformance`` extra (the ``client`` extra and the MCP SDK); without it, it says which
+package is missing and exits with 2.
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ from typing import Any
 
 import anyio
 import httpx
-import httpx2
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
+from mcpauth.client._extras import CONFORMANCE, first_missing, install_hint
 from mcpauth.client.auth import OAuth
 from mcpauth.client.callback import CallableRedirectHandler
+from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.enterprise import IdentityAssertion
 from mcpauth.client.errors import ClientError
+from mcpauth.client.options import ClientCredentialsGrant, JWTBearerGrant
+from mcpauth.client.registration import Registration
 from mcpauth.jwt import private_key_from_pem
 
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
@@ -44,28 +47,21 @@ def follow_without_browser(authorization_url: str) -> str:
 
 def build_auth(server_url: str, scenario: str, context: dict[str, Any]) -> OAuth:
     """The per-scenario choice of credentials and grant; everything else is common."""
-    common: dict[str, Any] = {
-        "client_name": "mcpauth conformance client",
-        "redirect_handler": CallableRedirectHandler(REDIRECT_URI, follow_without_browser),
-    }
+    handler = CallableRedirectHandler(REDIRECT_URI, follow_without_browser)
+    registration = Registration(
+        client_name="mcpauth conformance client", client_metadata_url=CIMD_URL
+    )
     if scenario == "auth/client-credentials-jwt":
         key = private_key_from_pem(context["private_key_pem"].encode())
-        return OAuth(
-            server_url,
-            grant="client_credentials",
-            client_id=context["client_id"],
+        credentials = ClientCredentials(
+            context["client_id"],
             private_key=key,
             signing_alg=context.get("signing_algorithm", "ES256"),
-            **common,
         )
+        return OAuth(server_url, credentials=credentials, grant=ClientCredentialsGrant())
     if scenario == "auth/client-credentials-basic":
-        return OAuth(
-            server_url,
-            grant="client_credentials",
-            client_id=context["client_id"],
-            client_secret=context["client_secret"],
-            **common,
-        )
+        credentials = ClientCredentials(context["client_id"], context["client_secret"])
+        return OAuth(server_url, credentials=credentials, grant=ClientCredentialsGrant())
     if "idp_token_endpoint" in context:
         identity = IdentityAssertion(
             idp_token_endpoint=context["idp_token_endpoint"],
@@ -74,23 +70,21 @@ def build_auth(server_url: str, scenario: str, context: dict[str, Any]) -> OAuth
         )
         return OAuth(
             server_url,
-            identity=identity,
-            client_id=context["client_id"],
-            client_secret=context["client_secret"],
-            **common,
+            credentials=ClientCredentials(context["client_id"], context["client_secret"]),
+            grant=JWTBearerGrant(identity),
         )
     if "client_id" in context:  # pre-registration
-        return OAuth(
-            server_url,
-            client_id=context["client_id"],
-            client_secret=context.get("client_secret"),
-            **common,
-        )
-    return OAuth(server_url, client_metadata_url=CIMD_URL, **common)
+        credentials = ClientCredentials(context["client_id"], context.get("client_secret"))
+        return OAuth(server_url, credentials=credentials, redirect_handler=handler)
+    return OAuth(server_url, registration=registration, redirect_handler=handler)
 
 
 async def exercise(server_url: str, auth: OAuth) -> None:
     """Initialize, list tools and call the first one, as the scenarios expect."""
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
     async with (
         httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(TIMEOUT)) as http,
         streamable_http_client(server_url, http_client=http) as (read, write),
@@ -108,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("usage: python -m mcpauth.client.conformance URL", file=sys.stderr)
         return 2
+    missing = first_missing(CONFORMANCE)
+    if missing is not None:
+        print(f"conformance client: {install_hint(missing, 'conformance')}", file=sys.stderr)
+        return 2
+    from mcp.shared.exceptions import MCPError
+
     server_url = args[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from mcpauth import jwt as jose
 from mcpauth.client.errors import RegistrationError
-from mcpauth.oauth import CLIENT_ASSERTION_TYPE, basic_authorization
+from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, basic_authorization
 
 ASSERTION_LIFETIME = 60  # seconds; RFC 7523 §3: short-lived
 
@@ -18,13 +18,19 @@ ASSERTION_LIFETIME = 60  # seconds; RFC 7523 §3: short-lived
 class ClientCredentials:
     """A client ID and how to authenticate with it at the token endpoint.
 
-    ``issuer`` binds stored or pre-registered credentials to one authorization server (MCP
-    2026-07-28 "Authorization Server Binding"); ``None`` means portable (a CIMD URL) or unbound.
+    ``auth_method`` is ``none``, ``client_secret_basic``, ``client_secret_post`` or
+    ``private_key_jwt``; left out, it follows from what is given: ``private_key_jwt`` with a
+    ``private_key``, ``client_secret_basic`` with a ``client_secret``, else ``none``. For
+    ``private_key_jwt`` the assertion (RFC 7523 §2.2) is signed with ``signing_alg`` and carries
+    ``key_id`` as ``kid``, or the key's RFC 7638 thumbprint when ``key_id`` is not set.
+    ``issuer`` binds the credentials to one authorization server (MCP 2026-07-28 "Authorization
+    Server Binding"): they are refused anywhere else; ``None`` means unbound (bound to the first
+    server that uses them) or portable (a CIMD URL). ``source`` records where they came from.
     """
 
     client_id: str
-    client_secret: str | None = None
-    auth_method: str = "none"  # none | client_secret_basic | client_secret_post | private_key_jwt
+    client_secret: str | None = field(default=None, repr=False)
+    auth_method: str | None = None
     private_key: jose.PrivateKey | None = field(default=None, repr=False)
     signing_alg: str = "ES256"
     key_id: str | None = None
@@ -32,9 +38,18 @@ class ClientCredentials:
     source: str = "preregistered"  # preregistered | cimd | dcr
 
     def __post_init__(self) -> None:
+        if self.auth_method is None:
+            inferred = (
+                "private_key_jwt"
+                if self.private_key is not None
+                else "client_secret_basic"
+                if self.client_secret
+                else "none"
+            )
+            object.__setattr__(self, "auth_method", inferred)
         if self.auth_method == "private_key_jwt" and self.private_key is None:
             raise RegistrationError("private_key_jwt needs a private key")
-        if self.auth_method.startswith("client_secret") and not self.client_secret:
+        if self.auth_method in SECRET_METHODS and not self.client_secret:
             raise RegistrationError(f"{self.auth_method} needs a client secret")
 
     def bound_to(self, issuer: str) -> ClientCredentials:

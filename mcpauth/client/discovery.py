@@ -32,6 +32,7 @@ from mcpauth.uris import (
 
 Exchange = Generator[HTTPRequest, HTTPResponse, Any]
 ServerSelector = Callable[[list[str]], str]
+"""Picks one issuer from the ``authorization_servers`` a resource lists (MCP leaves it to us)."""
 
 PRM_SUFFIX = "oauth-protected-resource"
 
@@ -178,7 +179,8 @@ def fetch_metadata(
     return None
 
 
-def _first_server(servers: list[str]) -> str:
+def first_server(servers: list[str]) -> str:
+    """The default :data:`ServerSelector`: the first authorization server the resource lists."""
     return servers[0]
 
 
@@ -186,7 +188,7 @@ def discover(
     server_url: str,
     challenge: BearerChallenge | None = None,
     *,
-    select: ServerSelector = _first_server,
+    select: ServerSelector = first_server,
 ) -> Generator[HTTPRequest, HTTPResponse, Discovery]:
     """Run discovery for ``server_url``.
 

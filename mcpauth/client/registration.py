@@ -6,8 +6,10 @@ advertises support, then dynamic client registration (RFC 7591), else a clear er
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -21,14 +23,32 @@ from mcpauth.uris import is_loopback_host
 
 
 @dataclass(frozen=True)
-class RegistrationOptions:
-    """How this client presents itself when it has to register."""
+class Registration:
+    """How this client presents itself when it has no client ID yet.
+
+    ``client_metadata_url`` is a Client ID Metadata Document URL (https, with a path): used as
+    the client ID when the authorization server supports such documents, so nothing is
+    registered. Otherwise the client registers dynamically (RFC 7591) under ``client_name``
+    (shown on the consent and account pages), with ``software_id``, ``software_version`` and
+    ``scope`` sent as the RFC 7591 §2 fields of those names when set.
+    """
 
     client_name: str = "mcpauth client"
-    client_metadata_url: str | None = None  # a CIMD URL (https, with a path)
+    client_metadata_url: str | None = None
     software_id: str | None = None
     software_version: str | None = None
     scope: str | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RegistrationOptions":  # the earlier name; removed in the next minor release
+        warnings.warn(
+            "RegistrationOptions is now mcpauth.client.Registration",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Registration
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_preregistered(credentials: ClientCredentials, issuer: str) -> ClientCredentials:
@@ -46,7 +66,7 @@ def check_preregistered(credentials: ClientCredentials, issuer: str) -> ClientCr
 
 
 def cimd_credentials(
-    options: RegistrationOptions, metadata: AuthorizationServerMetadata
+    options: Registration, metadata: AuthorizationServerMetadata
 ) -> ClientCredentials | None:
     """The CIMD URL as client ID, when both sides support it (CL-08)."""
     if options.client_metadata_url and metadata.client_id_metadata_document_supported:
@@ -72,7 +92,7 @@ def choose_auth_method(metadata: AuthorizationServerMetadata) -> str:
 
 def registration_request(
     metadata: AuthorizationServerMetadata,
-    options: RegistrationOptions,
+    options: Registration,
     redirect_uris: list[str],
 ) -> HTTPRequest:
     """The RFC 7591 §3.1 registration request.
@@ -133,7 +153,7 @@ def parse_registration_response(response: HTTPResponse, issuer: str) -> ClientCr
 
 def register(
     metadata: AuthorizationServerMetadata,
-    options: RegistrationOptions,
+    options: Registration,
     redirect_uris: list[str],
     issuer: str,
 ) -> Generator[HTTPRequest, HTTPResponse, ClientCredentials]:

@@ -3,19 +3,25 @@ and tokens per issuer + resource + client (MCP 2026-07-28 "Authorization Server 
 
 Tokens carry an absolute expiry and the server metadata is kept, so a restarted process can
 refresh at once instead of authorizing again.
+
+A storage is called synchronously. One whose ``blocking`` attribute is true (or that has none)
+may wait on a disk or a lock, so :class:`~mcpauth.client.OAuth` calls it from a worker thread
+when it runs on an event loop; :class:`MemoryStorage` says ``blocking = False`` and is called on
+the loop.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+from filelock import FileLock
 
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery
@@ -35,7 +41,11 @@ class TokenKey:
 
 
 class TokenStorage(Protocol):
-    """The storage contract. Implementations must keep secrets private (CL-22)."""
+    """The storage contract. Implementations must keep secrets private (CL-22).
+
+    Calls for one :class:`~mcpauth.client.OAuth` come one at a time, but possibly from different
+    threads; a storage shared by several ``OAuth`` objects must be safe to call concurrently.
+    """
 
     def get_discovery(self, server_url: str) -> Discovery | None: ...
     def set_discovery(self, server_url: str, discovery: Discovery) -> None: ...
@@ -103,6 +113,8 @@ def _empty() -> dict[str, Any]:
 class MemoryStorage(_DocumentStorage):
     """Keeps everything in this process only."""
 
+    blocking: ClassVar[bool] = False  # never waits: called on the event loop
+
     def __init__(self) -> None:
         self._document = _empty()
 
@@ -122,25 +134,31 @@ def default_path() -> Path:
 
 class FileStorage(_DocumentStorage):
     """A JSON file readable by its owner only (mode 0600, directory 0700), replaced atomically
-    and locked while edited so two processes do not lose each other's refresh tokens."""
+    and locked while edited so two processes do not lose each other's refresh tokens.
+
+    The lock is the operating system's lock on ``<file>.lock`` (``flock`` on Linux and macOS,
+    a Windows file lock on Windows, through the ``filelock`` package): every program that uses
+    the file takes it, and it is released when a process dies.
+    """
+
+    blocking: ClassVar[bool] = True  # waits on the disk and the lock: not on the event loop
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
 
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
     @contextlib.contextmanager
     def _edit(self) -> Iterator[dict[str, Any]]:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with FileLock(self.lock_path, mode=0o600):
             document = self._load()
             before = json.dumps(document, sort_keys=True)
             yield document
             if json.dumps(document, sort_keys=True) != before:
                 self._write(document)
-        finally:
-            os.close(lock)  # closing releases the lock
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -160,7 +178,8 @@ class FileStorage(_DocumentStorage):
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.fchmod(fd, 0o600)
+            if hasattr(os, "fchmod"):  # not on Windows before 3.13, where the mode is not POSIX
+                os.fchmod(fd, 0o600)  # whatever the umask
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 fd = -1
                 json.dump(document, handle, indent=2, sort_keys=True)

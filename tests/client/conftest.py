@@ -8,8 +8,21 @@ from typing import Any
 import httpx
 import pytest
 
-from mcpauth.client._flow import Authorize, Lock, RedirectURI, Resend
-from mcpauth.client._http import HTTPRequest, HTTPResponse
+from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.flow import (
+    Authorize,
+    FlowConfig,
+    HTTPRequest,
+    HTTPResponse,
+    Lock,
+    OAuthFlow,
+    RedirectURI,
+    Resend,
+    StorageCall,
+)
+from mcpauth.client.options import AuthorizationCodeGrant, Grant, Policy
+from mcpauth.client.registration import Registration
+from mcpauth.client.storage import MemoryStorage, TokenStorage
 from tests.client.fakes import FakeServers
 
 REDIRECT_URI = "http://127.0.0.1:9999/callback"
@@ -36,9 +49,31 @@ def follow(client: httpx.Client) -> Callable[[str], str]:
     return go
 
 
+def make_flow(
+    fake: FakeServers,
+    storage: TokenStorage | None = None,
+    *,
+    grant: Grant | None = None,
+    credentials: ClientCredentials | None = None,
+    registration: Registration | None = None,
+    **policy: Any,
+) -> OAuthFlow:
+    """A flow for the fake's resource on the fake's clock; ``policy`` holds :class:`Policy`
+    fields."""
+    config = FlowConfig(
+        fake.resource,
+        grant=grant or AuthorizationCodeGrant(),
+        credentials=credentials,
+        registration=registration or Registration(),
+        policy=Policy(clock=fake.clock, **policy),
+    )
+    return OAuthFlow(config, storage if storage is not None else MemoryStorage())
+
+
 class Driver:
     """Steps a sans-I/O flow by hand: HTTP through ``transport``, the caller's request through
-    ``resend`` and the user agent through ``authorize``. Every step is kept in ``steps``."""
+    ``resend``, storage calls in place and the user agent through ``authorize``. Every step is
+    kept in ``steps``."""
 
     def __init__(
         self,
@@ -78,6 +113,8 @@ class Driver:
                     result = self.resend(step.authorization)
                 elif isinstance(step, Lock):
                     result = None
+                elif isinstance(step, StorageCall):
+                    result = step.run()
                 elif isinstance(step, RedirectURI):
                     result = REDIRECT_URI
                 elif isinstance(step, Authorize):

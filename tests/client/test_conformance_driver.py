@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from mcpauth import jwt as jose
-from mcpauth.client import conformance
-from mcpauth.client.callback import CallableRedirectHandler
+from mcpauth.client import (
+    AuthorizationCodeGrant,
+    CallableRedirectHandler,
+    ClientCredentialsGrant,
+    JWTBearerGrant,
+    conformance,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "http://localhost:1/mcp"
@@ -20,7 +25,7 @@ URL = "http://localhost:1/mcp"
 
 def test_the_default_is_a_well_behaved_client_with_a_cimd_url() -> None:
     auth = conformance.build_auth(URL, "auth/metadata-default", {})
-    assert auth.flow.config.grant == "authorization_code"
+    assert isinstance(auth.flow.config.grant, AuthorizationCodeGrant)
     assert auth.flow.config.registration.client_metadata_url == conformance.CIMD_URL
     assert auth.flow.config.credentials is None
     assert isinstance(auth.redirect_handler, CallableRedirectHandler)
@@ -37,7 +42,7 @@ def test_client_credentials_jwt_uses_the_context_key() -> None:
     pem = jose.private_key_to_pem(jose.generate_private_key("ES256")).decode()
     context = {"client_id": "c", "private_key_pem": pem, "signing_algorithm": "ES256"}
     config = conformance.build_auth(URL, "auth/client-credentials-jwt", context).flow.config
-    assert config.grant == "client_credentials"
+    assert isinstance(config.grant, ClientCredentialsGrant)
     assert config.credentials is not None
     assert config.credentials.auth_method == "private_key_jwt"
 
@@ -51,8 +56,8 @@ def test_cross_app_access_uses_the_jwt_bearer_grant() -> None:
         "idp_token_endpoint": "http://localhost:2/token",
     }
     config = conformance.build_auth(URL, "auth/cross-app-access-complete-flow", context).flow.config
-    assert config.grant == "jwt_bearer"
-    assert config.identity is not None
+    assert isinstance(config.grant, JWTBearerGrant)
+    assert config.grant.identity.subject_token == "t"
 
 
 def test_without_a_url_the_driver_prints_usage() -> None:

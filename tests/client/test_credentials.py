@@ -10,14 +10,13 @@ import jwt as pyjwt
 import pytest
 
 from mcpauth import jwt as jose
-from mcpauth.client._flow import FlowConfig, OAuthFlow
-from mcpauth.client._http import HTTPRequest, HTTPResponse
 from mcpauth.client.credentials import ClientCredentials, authenticate
 from mcpauth.client.enterprise import ID_JAG_TYPE, IdentityAssertion, exchange_for_id_jag
 from mcpauth.client.errors import RegistrationError, TokenRequestFailed
-from mcpauth.client.storage import MemoryStorage
+from mcpauth.client.flow import HTTPRequest, HTTPResponse
+from mcpauth.client.options import ClientCredentialsGrant, JWTBearerGrant
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, basic_authorization
-from tests.client.conftest import Driver, _SyncASGI, fake_driver
+from tests.client.conftest import Driver, _SyncASGI, fake_driver, make_flow
 from tests.client.fakes import FakeServers
 
 AUDIENCE = "https://as.example"
@@ -97,10 +96,7 @@ def test_clx1_client_credentials_grant_sends_resource_and_scope(
     fake.challenge_scope = "jobs"
     key = jose.generate_private_key("ES256")
     creds = ClientCredentials("svc", auth_method="private_key_jwt", private_key=key)
-    config = FlowConfig(
-        fake.resource, grant="client_credentials", credentials=creds, clock=fake.clock
-    )
-    driver.run(OAuthFlow(config, MemoryStorage()).request_flow())
+    driver.run(make_flow(fake, grant=ClientCredentialsGrant(), credentials=creds).request_flow())
     (request,) = fake.token_requests
     assert request["grant_type"] == "client_credentials"
     assert request["resource"] == fake.resource
@@ -128,14 +124,8 @@ def test_clx2_enterprise_flow_exchanges_the_id_token_then_redeems_the_id_jag(
         driver._http = lambda r: idp_token(r) if r.url == idp else inner(r)
         identity = IdentityAssertion(idp, "the-id-token", idp_client_id="idp-client")
         creds = ClientCredentials("xaa", "xaa-secret", "client_secret_basic")
-        config = FlowConfig(
-            fake.resource,
-            grant="jwt_bearer",
-            credentials=creds,
-            identity=identity,
-            clock=fake.clock,
-        )
-        driver.run(OAuthFlow(config, MemoryStorage()).request_flow())
+        flow = make_flow(fake, grant=JWTBearerGrant(identity), credentials=creds)
+        driver.run(flow.request_flow())
     exchange = seen[0].form()
     assert exchange["grant_type"] == "urn:ietf:params:oauth:grant-type:token-exchange"
     assert exchange["requested_token_type"] == ID_JAG_TYPE

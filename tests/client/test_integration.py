@@ -14,7 +14,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from mcpauth.client import FileStorage, OAuth
+from mcpauth.client import CallableRedirectHandler, FileStorage, OAuth, Policy
 from tests.client.conftest import _SyncASGI, follow
 from tests.client.fakes import FakeServers, serve
 
@@ -25,13 +25,12 @@ def in_process_user(fake: FakeServers) -> httpx.Client:
     return httpx.Client(transport=_SyncASGI(fake), base_url=fake.base)
 
 
-def oauth(fake: FakeServers, user: httpx.Client, **options: object) -> OAuth:
+def oauth(fake: FakeServers, user: httpx.Client, storage: FileStorage | None = None) -> OAuth:
     return OAuth(
         fake.resource,
-        redirect_uri="http://127.0.0.1:9999/callback",
-        redirect_handler=follow(user),
-        clock=fake.clock,
-        **options,  # type: ignore[arg-type]
+        storage=storage,
+        redirect_handler=CallableRedirectHandler("http://127.0.0.1:9999/callback", follow(user)),
+        policy=Policy(clock=fake.clock),
     )
 
 

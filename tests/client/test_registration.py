@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from mcpauth.client._flow import FlowConfig, OAuthFlow
-from mcpauth.client._http import HTTPResponse
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.errors import RegistrationError
+from mcpauth.client.flow import HTTPResponse
+from mcpauth.client.options import ClientCredentialsGrant
 from mcpauth.client.registration import (
-    RegistrationOptions,
+    Registration,
     application_type,
     choose_auth_method,
     parse_registration_response,
@@ -20,6 +20,7 @@ from mcpauth.client.registration import (
 from mcpauth.client.storage import MemoryStorage
 from mcpauth.metadata import AuthorizationServerMetadata
 from tests.client.conftest import REDIRECT_URI, Driver
+from tests.client.conftest import make_flow as flow
 from tests.client.fakes import FakeServers
 
 CIMD = "https://app.example.com/client.json"
@@ -35,12 +36,6 @@ def metadata(**extra: object) -> AuthorizationServerMetadata:
     )
 
 
-def flow(fake: FakeServers, storage: MemoryStorage | None = None, **config: object) -> OAuthFlow:
-    return OAuthFlow(
-        FlowConfig(fake.resource, clock=fake.clock, **config), storage or MemoryStorage()
-    )  # type: ignore[arg-type]
-
-
 def authorize_client_ids(fake: FakeServers) -> list[str]:
     return [request["client_id"] for request in fake.authorize_requests]
 
@@ -50,7 +45,7 @@ def test_cl07_pre_registered_credentials_come_first(fake: FakeServers, driver: D
     creds = ClientCredentials("pre", "s3cret", "client_secret_basic")
     driver.run(
         flow(
-            fake, credentials=creds, registration=RegistrationOptions(client_metadata_url=CIMD)
+            fake, credentials=creds, registration=Registration(client_metadata_url=CIMD)
         ).request_flow()
     )
     assert authorize_client_ids(fake) == ["pre"]
@@ -63,9 +58,7 @@ def test_cl08_a_cimd_url_is_used_when_the_server_advertises_support(
 ) -> None:
     original = fake.metadata
     fake.metadata = lambda: {**original(), "client_id_metadata_document_supported": True}  # type: ignore[method-assign]
-    driver.run(
-        flow(fake, registration=RegistrationOptions(client_metadata_url=CIMD)).request_flow()
-    )
+    driver.run(flow(fake, registration=Registration(client_metadata_url=CIMD)).request_flow())
     assert authorize_client_ids(fake) == [CIMD]
     assert fake.registrations == []
 
@@ -73,9 +66,7 @@ def test_cl08_a_cimd_url_is_used_when_the_server_advertises_support(
 def test_cl08_without_the_server_flag_the_cimd_url_is_not_used(
     fake: FakeServers, driver: Driver
 ) -> None:
-    driver.run(
-        flow(fake, registration=RegistrationOptions(client_metadata_url=CIMD)).request_flow()
-    )
+    driver.run(flow(fake, registration=Registration(client_metadata_url=CIMD)).request_flow())
     assert authorize_client_ids(fake) == ["client-1"]
     assert len(fake.registrations) == 1
 
@@ -103,7 +94,7 @@ def test_cl10_application_type_follows_the_redirect_uris(uris: list[str], expect
 
 
 def test_cl21_dynamic_registration_asks_for_the_refresh_token_grant() -> None:
-    request = registration_request(metadata(), RegistrationOptions(), ["http://127.0.0.1/cb"])
+    request = registration_request(metadata(), Registration(), ["http://127.0.0.1/cb"])
     body = json.loads(request.body)
     assert body["grant_types"] == ["authorization_code", "refresh_token"]
     assert body["response_types"] == ["code"]
@@ -178,7 +169,7 @@ def test_client_credentials_without_a_client_are_an_error(
     fake: FakeServers, driver: Driver
 ) -> None:
     with pytest.raises(RegistrationError, match="pre-registered"):
-        driver.run(flow(fake, grant="client_credentials").request_flow())
+        driver.run(flow(fake, grant=ClientCredentialsGrant()).request_flow())
 
 
 def test_registration_responses_without_client_id_are_refused() -> None:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mcpauth.client._flow import Authorize, FlowConfig, OAuthFlow, Resend
-from mcpauth.client._http import HTTPResponse
 from mcpauth.client.errors import LoginRequired, TokenRequestFailed
-from mcpauth.client.storage import MemoryStorage
+from mcpauth.client.flow import Authorize, HTTPResponse, Resend
+from mcpauth.client.options import ClientCredentialsGrant
 from mcpauth.client.tokens import TokenSet, merge_refreshed, parse_token_response
 from tests.client.conftest import Driver
+from tests.client.conftest import make_flow as flow
 from tests.client.fakes import FakeServers
-
-
-def flow(fake: FakeServers, storage: MemoryStorage | None = None, **config: object) -> OAuthFlow:
-    return OAuthFlow(
-        FlowConfig(fake.resource, clock=fake.clock, **config), storage or MemoryStorage()
-    )  # type: ignore[arg-type]
 
 
 def resends(driver: Driver) -> list[str | None]:
@@ -181,7 +175,7 @@ def test_client_credentials_tokens_are_fetched_again_when_they_expire(
 
     fake.issue_refresh = False
     creds = ClientCredentials("svc", "s3cret", "client_secret_basic")
-    f = flow(fake, grant="client_credentials", credentials=creds)
+    f = flow(fake, grant=ClientCredentialsGrant(), credentials=creds)
     driver.run(f.request_flow())
     fake.now += fake.expires_in
     driver.run(f.request_flow())

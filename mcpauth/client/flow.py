@@ -1,15 +1,25 @@
-"""The sans-I/O token flow behind :class:`mcpauth.client.OAuth`.
+"""The sans-I/O token flow behind :class:`mcpauth.client.OAuth`, for running it another way.
 
-A flow is a generator of steps. :class:`~mcpauth.client._http.HTTPRequest` asks for an HTTP
-exchange, :class:`Resend` for the caller's own request with an ``Authorization`` value,
-:class:`Lock` for exclusive use of the shared state until the next :class:`Resend`,
-:class:`RedirectURI` and :class:`Authorize` for the user-agent part. Tests drive it by hand.
+A flow is a generator of steps. Whoever runs it performs each step and sends back the result:
+
+- :class:`HTTPRequest`: send it; send back the :class:`HTTPResponse`.
+- :class:`Resend`: send the caller's own request with that ``Authorization`` value; send back
+  the :class:`HTTPResponse` (its body is not needed).
+- :class:`Lock`: take this :class:`OAuthFlow`'s lock (unless already held) and hold it until
+  the next :class:`Resend` or the end of the flow; send back ``None``.
+- :class:`StorageCall`: send back ``step.run()``, run in a worker thread when the runner is
+  async and ``step.blocking`` is true.
+- :class:`RedirectURI`: send back the redirect handler's redirect URI.
+- :class:`Authorize`: send the user to ``step.url``; send back the URL the authorization
+  server redirected to.
+
+:meth:`OAuthFlow.request_flow` authenticates one request; :meth:`OAuthFlow.acquire_flow` gets a
+token without one. Nothing here opens a socket, a file or a browser.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,11 +27,12 @@ from mcpauth.client._http import MCP_PROTOCOL_VERSION, HTTPRequest, HTTPResponse
 from mcpauth.client.authorization import build_authorization, parse_callback, select_scope
 from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
 from mcpauth.client.credentials import ClientCredentials
-from mcpauth.client.discovery import Discovery, ServerSelector, discover
-from mcpauth.client.enterprise import IdentityAssertion, exchange_for_id_jag
+from mcpauth.client.discovery import Discovery, discover
+from mcpauth.client.enterprise import exchange_for_id_jag
 from mcpauth.client.errors import LoginRequired, RegistrationError, TokenRequestFailed
+from mcpauth.client.options import AuthorizationCodeGrant, Grant, JWTBearerGrant, Policy
 from mcpauth.client.registration import (
-    RegistrationOptions,
+    Registration,
     check_preregistered,
     cimd_credentials,
     register,
@@ -39,7 +50,31 @@ from mcpauth.client.tokens import (
 )
 from mcpauth.uris import canonical_resource
 
-Grant = Literal["authorization_code", "client_credentials", "jwt_bearer"]
+__all__ = [
+    "Authorize",
+    "Flow",
+    "FlowConfig",
+    "HTTPRequest",
+    "HTTPResponse",
+    "Lock",
+    "OAuthFlow",
+    "RedirectURI",
+    "Resend",
+    "Step",
+    "StorageCall",
+    "StorageMethod",
+    "is_step_up",
+]
+
+StorageMethod = Literal[
+    "get_discovery",
+    "set_discovery",
+    "get_client",
+    "set_client",
+    "get_tokens",
+    "set_tokens",
+    "delete_tokens",
+]
 
 
 @dataclass(frozen=True)
@@ -66,29 +101,40 @@ class Authorize:
     url: str
 
 
-Step = HTTPRequest | Resend | Lock | RedirectURI | Authorize
+@dataclass(frozen=True)
+class StorageCall:
+    """Call ``method`` of ``storage`` with ``args``; the answer is what it returns.
+
+    Storage may read and write files, so the runner chooses where the call runs: ``blocking``
+    is the storage's own ``blocking`` attribute (true when it has none), and an async runner
+    makes a blocking call in a worker thread, off the event loop.
+    """
+
+    storage: TokenStorage
+    method: StorageMethod
+    args: tuple[Any, ...] = ()
+
+    @property
+    def blocking(self) -> bool:
+        return bool(getattr(self.storage, "blocking", True))
+
+    def run(self) -> Any:
+        return getattr(self.storage, self.method)(*self.args)
+
+
+Step = HTTPRequest | Resend | Lock | StorageCall | RedirectURI | Authorize
 Flow = Generator[Step, Any, Any]
 
 
-def _first(servers: list[str]) -> str:
-    return servers[0]
-
-
-@dataclass
+@dataclass(frozen=True)
 class FlowConfig:
     """Everything the flow is told; nothing here is learned from servers."""
 
     server_url: str
-    grant: Grant = "authorization_code"
+    grant: Grant = field(default_factory=AuthorizationCodeGrant)
     credentials: ClientCredentials | None = None
-    registration: RegistrationOptions = field(default_factory=RegistrationOptions)
-    scopes: tuple[str, ...] = ()
-    identity: IdentityAssertion | None = None
-    refresh_margin: float = 60.0
-    max_attempts: int = 3
-    offline_access: bool = True
-    select_server: ServerSelector = _first
-    clock: Callable[[], float] = time.time
+    registration: Registration = field(default_factory=Registration)
+    policy: Policy = field(default_factory=Policy)
 
 
 def is_step_up(response: HTTPResponse, challenge: BearerChallenge | None) -> bool:
@@ -110,7 +156,7 @@ class OAuthFlow:
         self.discovery: Discovery | None = None
         self.client: ClientCredentials | None = None
         self.tokens: TokenSet | None = None
-        self.requested: list[str] = list(config.scopes)
+        self.requested: list[str] = list(config.grant.scopes)
         self.authorizations = 0  # full authorizations so far; tests and the CLI read it
         self._loaded = False
 
@@ -120,7 +166,7 @@ class OAuthFlow:
         """Authenticate one request: send, then react to 401 and 403 a bounded number of times."""
         used = yield from self.current_tokens()
         response: HTTPResponse = yield Resend(used.authorization if used else None)
-        for _ in range(self.config.max_attempts):
+        for _ in range(self.config.policy.max_attempts):
             challenge = parse_bearer_challenge(response.challenges)
             if response.status_code == 401:
                 used = yield from self._after_unauthorized(used, challenge)
@@ -140,9 +186,9 @@ class OAuthFlow:
         """
         if not force:
             tokens = yield from self.current_tokens()
-            if tokens is not None and not tokens.expires_within(0, self.config.clock()):
+            if tokens is not None and not tokens.expires_within(0, self._now()):
                 return tokens
-        if not interactive and self.config.grant == "authorization_code":
+        if not interactive and isinstance(self.config.grant, AuthorizationCodeGrant):
             raise LoginRequired(f"not logged in to {self.server_url}; run `mcpauth login` first")
         yield Lock()
         response = yield _probe(self.server_url)
@@ -153,10 +199,10 @@ class OAuthFlow:
 
     def current_tokens(self) -> Flow:
         """Stored tokens, refreshed first when they expire within the margin; else ``None``."""
-        self._load()
+        yield from self._load()
         tokens = self.tokens
         if tokens is None or not tokens.expires_within(
-            self.config.refresh_margin, self.config.clock()
+            self.config.policy.refresh_margin, self._now()
         ):
             return tokens
         yield Lock()
@@ -165,7 +211,7 @@ class OAuthFlow:
         renewed = yield from self._renew()
         if renewed is not None:
             return renewed
-        return tokens if not tokens.expires_within(0, self.config.clock()) else None
+        return tokens if not tokens.expires_within(0, self._now()) else None
 
     def _renew(self) -> Flow:
         """Refresh, or for machine grants simply ask again; ``None`` when that is not possible."""
@@ -173,21 +219,19 @@ class OAuthFlow:
             return None
         if self.tokens.refresh_token:
             return (yield from self._refresh(self.discovery, self.client, self.tokens))
-        if self.config.grant != "authorization_code":
+        if not isinstance(self.config.grant, AuthorizationCodeGrant):
             return (yield from self._grant(self.discovery, self.client, self._scope_for(None)))
         return None
 
     def _refresh(self, discovery: Discovery, client: ClientCredentials, tokens: TokenSet) -> Flow:
         form = refresh_form(tokens.refresh_token or "", resource=discovery.resource)
-        response = yield token_request(discovery.metadata, client, form, now=self.config.clock())
+        response = yield token_request(discovery.metadata, client, form, now=self._now())
         try:
-            fresh = parse_token_response(
-                response, now=self.config.clock(), requested_scope=tokens.scope
-            )
+            fresh = parse_token_response(response, now=self._now(), requested_scope=tokens.scope)
         except TokenRequestFailed:
-            self._drop_tokens()
+            yield from self._drop_tokens()
             return None
-        return self._keep(merge_refreshed(tokens, fresh))
+        return (yield from self._keep(merge_refreshed(tokens, fresh)))
 
     def _after_unauthorized(self, used: TokenSet | None, challenge: BearerChallenge | None) -> Flow:
         yield Lock()
@@ -210,30 +254,31 @@ class OAuthFlow:
     def authorize(self, challenge: BearerChallenge | None) -> Flow:
         """Discover, get a client ID, run the grant and store the tokens."""
         discovery = yield from discover(
-            self.server_url, challenge, select=self.config.select_server
+            self.server_url, challenge, select=self.config.policy.select_server
         )
         if self.discovery is None or self.discovery.issuer != discovery.issuer:
             self.client = None  # MCP 2026-07-28: credentials never cross to another AS
         self.discovery = discovery
-        self.storage.set_discovery(self.server_url, discovery)
+        yield from self._store("set_discovery", self.server_url, discovery)
         redirect_uri = None
-        if self.config.grant == "authorization_code":
+        if isinstance(self.config.grant, AuthorizationCodeGrant):
             redirect_uri = yield RedirectURI()
         client = yield from self._client(discovery, redirect_uri)
         scope = self._scope_for(challenge)
         self.authorizations += 1
         tokens = yield from self._grant(discovery, client, scope, redirect_uri)
-        return self._keep(tokens)
+        return (yield from self._keep(tokens))
 
     def _scope_for(self, challenge: BearerChallenge | None) -> str | None:
         prm = self.discovery.protected_resource if self.discovery else None
         metadata = self.discovery.metadata if self.discovery else None
+        grant = self.config.grant
         scope = select_scope(
             challenge.scopes if challenge else [],
             prm.scopes_supported if prm else None,
             previous=self.requested,
             as_scopes=metadata.scopes_supported if metadata else None,
-            offline_access=self.config.offline_access and self.config.grant == "authorization_code",
+            offline_access=isinstance(grant, AuthorizationCodeGrant) and grant.offline_access,
         )
         self.requested = [s for s in (scope or "").split() if s != "offline_access"]
         return scope
@@ -247,14 +292,18 @@ class OAuthFlow:
         if cimd is not None:
             self.client = cimd
             return cimd
-        stored = self.client or self.storage.get_client(issuer)
+        stored = self.client
+        if stored is None:
+            stored = yield from self._store("get_client", issuer)
         if stored is not None and stored.issuer == issuer:
             self.client = stored
             return stored
         if redirect_uri is None:
-            raise RegistrationError(f"{self.config.grant} needs pre-registered client credentials")
+            raise RegistrationError(
+                f"{self.config.grant.name} needs pre-registered client credentials"
+            )
         client = yield from register(metadata, self.config.registration, [redirect_uri], issuer)
-        self.storage.set_client(issuer, client)
+        yield from self._store("set_client", issuer, client)
         self.client = client
         return client
 
@@ -265,19 +314,17 @@ class OAuthFlow:
         scope: str | None,
         redirect_uri: str | None = None,
     ) -> Flow:
-        metadata, now = discovery.metadata, self.config.clock
-        if self.config.grant == "client_credentials":
-            form = client_credentials_form(resource=discovery.resource, scope=scope)
-        elif self.config.grant == "jwt_bearer":
-            if self.config.identity is None:
-                raise RegistrationError("the jwt_bearer grant needs an identity assertion")
+        metadata, now, grant = discovery.metadata, self._now, self.config.grant
+        if isinstance(grant, JWTBearerGrant):
             id_jag = yield from exchange_for_id_jag(
-                self.config.identity,
+                grant.identity,
                 audience=discovery.issuer,
                 resource=discovery.resource,
                 scope=scope,
             )
             form = jwt_bearer_form(id_jag, resource=discovery.resource, scope=scope)
+        elif not isinstance(grant, AuthorizationCodeGrant):
+            form = client_credentials_form(resource=discovery.resource, scope=scope)
         else:
             pending = build_authorization(
                 metadata,
@@ -305,51 +352,61 @@ class OAuthFlow:
             return None
         return TokenKey(self.discovery.issuer, self.discovery.resource, self.client.client_id)
 
-    def _keep(self, tokens: TokenSet) -> TokenSet:
+    def _now(self) -> float:
+        return self.config.policy.clock()
+
+    def _store(self, method: StorageMethod, *args: Any) -> Flow:
+        """One call of the storage, made by the runner (see :class:`StorageCall`)."""
+        return (yield StorageCall(self.storage, method, args))
+
+    def _keep(self, tokens: TokenSet) -> Flow:
         self.tokens = tokens
         key = self._key()
         if key is not None:
-            self.storage.set_tokens(key, tokens)
+            yield from self._store("set_tokens", key, tokens)
         return tokens
 
-    def _drop_tokens(self) -> None:
+    def _drop_tokens(self) -> Flow:
         self.tokens = None
         key = self._key()
         if key is not None:
-            self.storage.delete_tokens(key)
+            yield from self._store("delete_tokens", key)
 
-    def _load(self) -> None:
+    def _load(self) -> Flow:
         """Pick up what a previous process stored: discovery, then client, then tokens."""
         if self._loaded:
             return
+        yield Lock()
+        if self._loaded:  # a concurrent request loaded it while this one waited for the lock
+            return
+        discovery: Discovery | None = yield from self._store("get_discovery", self.server_url)
         self._loaded = True
-        discovery = self.storage.get_discovery(self.server_url)
         if discovery is None:
             return
         self.discovery = discovery
-        client = self._stored_client(discovery)
+        client = yield from self._stored_client(discovery)
         if client is None:
             return
         self.client = client
-        self.tokens = self.storage.get_tokens(
-            TokenKey(discovery.issuer, discovery.resource, client.client_id)
-        )
+        key = TokenKey(discovery.issuer, discovery.resource, client.client_id)
+        self.tokens = yield from self._store("get_tokens", key)
         if self.tokens and self.tokens.scope:
             self.requested = list(dict.fromkeys([*self.requested, *self.tokens.scope.split()]))
 
-    def _stored_client(self, discovery: Discovery) -> ClientCredentials | None:
+    def _stored_client(self, discovery: Discovery) -> Flow:
         configured = self.config.credentials
         if configured is not None:
             if configured.issuer not in (None, discovery.issuer):
                 return None
             return configured.bound_to(discovery.issuer)
         cimd = cimd_credentials(self.config.registration, discovery.metadata)
-        return cimd or self.storage.get_client(discovery.issuer)
+        return cimd or (yield from self._store("get_client", discovery.issuer))
 
     def forget(self) -> None:
-        """Drop tokens and discovery for this server (``mcpauth logout``)."""
-        self._load()
+        """Drop tokens and discovery for this server (``mcpauth logout``), calling the storage
+        directly on the caller's thread."""
         self.storage.forget(self.server_url)
+        self._loaded = True
         self.tokens = None
         self.discovery = None
 

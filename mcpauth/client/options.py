@@ -1,0 +1,99 @@
+"""The grant :class:`~mcpauth.client.OAuth` runs and the policy around it, as frozen values.
+
+A grant says how a token is obtained and which scopes to ask for:
+
+- :class:`AuthorizationCodeGrant`: a person signs in through a browser (OAuth 2.1 §4.1, PKCE);
+- :class:`ClientCredentialsGrant`: a program acts for itself (OAuth 2.1 §4.2; needs
+  pre-registered :class:`~mcpauth.client.ClientCredentials`);
+- :class:`JWTBearerGrant`: enterprise-managed authorization, trading the user's assertion from the
+  company's identity provider for an ID-JAG (RFC 7523 §2.1; needs credentials too).
+
+:class:`Policy` holds the few choices around any grant: when to refresh, how often to retry a
+request, which authorization server to use when a resource lists several, and the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from mcpauth.client.discovery import ServerSelector, first_server
+from mcpauth.client.enterprise import IdentityAssertion
+
+GrantName = Literal["authorization_code", "client_credentials", "jwt_bearer"]
+
+
+def _scopes(value: Iterable[str]) -> tuple[str, ...]:
+    """Any sequence of scope names, kept as a tuple so that the grant stays immutable."""
+    if isinstance(value, str):
+        raise TypeError("scopes is a sequence of scope names, not one string")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class AuthorizationCodeGrant:
+    """A person signs in through a browser: authorization code with PKCE S256 and ``resource``.
+
+    ``scopes`` are asked for before any challenge names some; after that the server's challenge
+    and its metadata decide (MCP "Scope Selection Strategy"). ``offline_access`` adds the
+    ``offline_access`` scope when the authorization server lists it, to get a refresh token.
+    """
+
+    name: ClassVar[GrantName] = "authorization_code"
+    scopes: Sequence[str] = ()
+    offline_access: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", _scopes(self.scopes))
+
+
+@dataclass(frozen=True)
+class ClientCredentialsGrant:
+    """A program acts for itself with pre-registered credentials; no person, no browser."""
+
+    name: ClassVar[GrantName] = "client_credentials"
+    scopes: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", _scopes(self.scopes))
+
+
+@dataclass(frozen=True)
+class JWTBearerGrant:
+    """Enterprise-managed authorization: ``identity`` is traded at the identity provider for an
+    ID-JAG, which the MCP authorization server redeems for an access token."""
+
+    name: ClassVar[GrantName] = "jwt_bearer"
+    identity: IdentityAssertion
+    scopes: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", _scopes(self.scopes))
+
+
+Grant = AuthorizationCodeGrant | ClientCredentialsGrant | JWTBearerGrant
+"""Any of the three grants."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the flow behaves around its grant.
+
+    ``refresh_margin``: seconds before expiry at which tokens are renewed ahead of use.
+    ``max_attempts``: how many times one request is retried after a 401 or a step-up 403.
+    ``select_server``: picks the issuer when the resource lists several (default: the first).
+    ``clock``: seconds since the epoch; tests pass a fake one.
+    """
+
+    refresh_margin: float = 60.0
+    max_attempts: int = 3
+    select_server: ServerSelector = field(default=first_server)
+    clock: Callable[[], float] = field(default=time.time)
+
+    def __post_init__(self) -> None:
+        if self.refresh_margin < 0:
+            raise ValueError("refresh_margin must not be negative")
+        if self.max_attempts < 0:
+            raise ValueError("max_attempts must not be negative")
