@@ -287,18 +287,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.data_dir, args.auth_port, args.mcp_port)
 
 
+def _missing_extra(sub: Any, commands: Sequence[str], extra: str, error: ImportError) -> None:
+    """Commands whose extra is not installed still exist, and say what to install."""
+
+    def explain(args: argparse.Namespace) -> int:
+        print(
+            f"mcpauth {args.command} needs the {extra} extra ({error.name or error}): "
+            f"pip install 'mcpauth-kit[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    for command in commands:
+        parser = sub.add_parser(command, help=f"(needs mcpauth-kit[{extra}])", add_help=False)
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+        parser.set_defaults(handler=explain)
+
+
 def _add_optional_parts(sub: Any) -> None:
-    """``proxy`` needs the middleware extra, ``login|token|logout`` the client extra."""
+    """``proxy`` needs the middleware extra, ``login|token|logout`` the client extra; without
+    them the commands answer with what to install."""
     try:
         from mcpauth.middleware.proxy_cli import add_proxy_parser
-    except ImportError:  # pragma: no cover - extra not installed
-        pass
+    except ImportError as exc:
+        _missing_extra(sub, ["proxy"], "middleware", exc)
     else:
         add_proxy_parser(sub)
     try:
         from mcpauth.client.cli import add_client_parsers
-    except ImportError:  # pragma: no cover - extra not installed
-        pass
+    except ImportError as exc:
+        _missing_extra(sub, ["login", "token", "logout"], "client", exc)
     else:
         add_client_parsers(sub)
 
