@@ -7,6 +7,7 @@ pass, PostgreSQL)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,7 +31,7 @@ from mcpauth.server.storage.models import (
 from ..conftest import ISSUER
 from ..oauth import authorization_params, pkce_pair, register_public_client
 from .conftest import add_user
-from .test_token import refresh, tokens
+from .test_token import get_code, redeem, refresh, tokens
 
 pytestmark = pytest.mark.anyio
 DAY = 86400
@@ -261,3 +262,75 @@ async def test_self_registered_clients_expire_when_unused_and_admin_clients_neve
             assert count(short_app, Client) == 1  # the admin's never expires
             assert count(short_app, Grant) == 0
             assert count(short_app, RefreshToken) == 0
+
+
+async def test_a_self_registered_confidential_client_is_told_when_the_pruner_may_delete_it(
+    short_app: Starlette,
+) -> None:
+    """``client_secret_expires_at`` is never 0 ("never") for a client the pruner deletes: at
+    registration the end of its unused period; once it has a grant, as long as that grant
+    keeps it (an RFC 7592 read). Pruning at the told second keeps the client; after it, an
+    unused client goes (docs/security.md T33)."""
+    import time
+
+    from mcpauth.server.storage.models import Client
+
+    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    with freeze_time("2027-03-01 00:00:00") as clock:
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+
+            async def read(registered: dict[str, Any]) -> int:
+                token = registered["registration_access_token"]
+                response = await http.get(
+                    registered["registration_client_uri"],
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert response.status_code == 200, response.text
+                registered["registration_access_token"] = response.json()[
+                    "registration_access_token"
+                ]  # RFC 7592 §3: each read rotates it
+                return int(response.json()["client_secret_expires_at"])
+
+            start = int(time.time())
+            used, unused = [
+                await register_public_client(http, token_endpoint_auth_method="client_secret_post")
+                for _ in range(2)
+            ]
+            assert used["client_secret_expires_at"] == start + DAY
+            assert await read(used) == start + DAY
+            operator = admin.add_client(
+                short_app.state.mcpauth,
+                name="ops",
+                redirect_uris=["https://o.example/cb"],
+                auth_method="client_secret_basic",
+            )
+            assert operator["client_secret_expires_at"] == 0  # never pruned, never expires
+
+            clock.tick(3600)
+            granted_at = int(time.time())
+            code, verifier = await get_code(
+                http, used["client_id"], scope="mcp:tools offline_access"
+            )
+            response = await redeem(
+                http, used["client_id"], code, verifier, client_secret=used["client_secret"]
+            )
+            assert response.status_code == 200, response.text
+            # the grant keeps it while the grant lives (refresh_token_ttl: two days here)
+            assert await read(used) == granted_at + 2 * DAY
+            assert await read(unused) == start + DAY
+
+            clock.move_to(datetime.fromtimestamp(start + DAY, UTC))
+            assert run_pruner(short_app)["clients"] == 0  # the told second: both kept
+            clock.tick(1)
+            assert run_pruner(short_app)["clients"] == 1  # past it: the unused one goes
+            with short_app.state.mcpauth.db.read() as session:
+                assert session.get(Client, unused["client_id"]) is None
+                assert session.get(Client, used["client_id"]) is not None
+
+            clock.move_to(datetime.fromtimestamp(granted_at + 2 * DAY, UTC))
+            assert run_pruner(short_app)["clients"] == 0
+            clock.tick(1)
+            run_pruner(short_app)  # the grant has ended: it goes, then the client
+            assert run_pruner(short_app)["clients"] == 1
+            with short_app.state.mcpauth.db.read() as session:
+                assert session.get(Client, used["client_id"]) is None

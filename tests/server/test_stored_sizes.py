@@ -109,7 +109,8 @@ CEILINGS: dict[str, int | str] = {
     "browser_sessions.user_id": "copy",
     "interactions.id": "server",
     "interactions.request": "copy",  # state: MAX_STATE_LENGTH; the rest as in the code's row
-    "throttles.key": len("client-at:") + 32 + 1 + len("sha256:") + 32,  # see address_in_key
+    # "client-at:<digest of the client id>:<address_in_key>", the longest key
+    "throttles.key": len("client-at:") + 32 + 1 + limits.MAX_ADDRESS_LENGTH,
     "revoked_access_tokens.jti": "server",  # only of tokens this server signed
     "used_assertions.key": "digest",
     "rate_counters.key": "operator",  # rate:<issuer path>/<route>:ip:<address_in_key>

@@ -14,7 +14,8 @@ What is dead:
 - self-registered clients (dynamic registration, metadata documents) older than
   ``self_registered_client_unused_ttl`` with no grant used within
   ``self_registered_client_idle_ttl`` (admin-registered clients never expire), then their
-  grants and refresh tokens.
+  grants and refresh tokens. :func:`client_expires_at` says when that may happen, for the
+  ``client_secret_expires_at`` a self-registered client is told (RFC 7591 §3.2.1).
 """
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, and_, delete, exists, or_, select, text, tuple_
+from sqlalchemy import (
+    Connection,
+    Table,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from mcpauth.server.config import Settings
@@ -90,6 +103,31 @@ def _unused_client(settings: Settings, now: int) -> ColumnElement[bool]:
         CLIENTS.c.created_at + settings.self_registered_client_unused_ttl < now,
         ~used_lately,
     )
+
+
+def client_expires_at(conn: Connection, settings: Settings, client: Client) -> int:
+    """The earliest time the pruner may delete ``client``; 0 if it never will (registered by
+    the operator). Until the client has a grant, the end of its unused period; each grant it
+    uses keeps it until ``self_registered_client_idle_ttl`` after the grant's last use, and no
+    longer than the grant itself lives (``refresh_token_ttl``: a dead grant is deleted, and
+    with it the evidence of use). A user revoking the client's grants ends that sooner."""
+    if client.source not in ("dcr", "cimd"):
+        return client.secret_expires_at
+    kept_by_use = case(
+        (
+            GRANTS.c.last_used_at + settings.self_registered_client_idle_ttl
+            < GRANTS.c.created_at + settings.refresh_token_ttl,
+            GRANTS.c.last_used_at + settings.self_registered_client_idle_ttl,
+        ),
+        else_=GRANTS.c.created_at + settings.refresh_token_ttl,
+    )
+    latest = conn.execute(
+        select(func.max(kept_by_use)).where(
+            GRANTS.c.client_id == client.client_id, GRANTS.c.revoked_at.is_(None)
+        )
+    ).scalar()
+    unused_until = client.created_at + settings.self_registered_client_unused_ttl
+    return max(unused_until, int(latest or 0))
 
 
 @dataclass(frozen=True)
