@@ -178,16 +178,88 @@ def test_serve_prunes_by_itself_every_prune_interval(
 
     from starlette.testclient import TestClient
 
-    app = create_app(make_settings(prune_interval=1))
+    pytest.importorskip("prometheus_client")
+    app = create_app(make_settings(prune_interval=1, metrics=True))
     ctx = app.state.mcpauth
     with ctx.db.write() as session:
         session.add(Interaction(id="abandoned", request={}, created_at=0, expires_at=1))
     assert count(app, Interaction) == 1
-    with TestClient(app):  # runs the lifespan, which starts the pruner
+    gauge = 'mcpauth_table_rows{table="interactions"} 0.0'
+    with TestClient(app) as client:  # runs the lifespan, which starts the pruner
         deadline = time.monotonic() + 15
-        while count(app, Interaction) and time.monotonic() < deadline:
+        while gauge not in client.get("/metrics").text and time.monotonic() < deadline:
             time.sleep(0.1)
+        scraped = client.get("/metrics").text
     assert count(app, Interaction) == 0
+    assert gauge in scraped
+    assert 'mcpauth_pruned_rows_total{table="interactions"} 1.0' in scraped
+
+
+def test_the_metrics_give_rows_pruned_and_rows_left_per_table_from_each_run_not_each_scrape(
+    make_settings: Callable[..., Settings],
+) -> None:
+    pytest.importorskip("prometheus_client")
+    from mcpauth.server.app import prune_once
+    from mcpauth.server.operations.metrics import Metrics
+
+    app = create_app(make_settings(prune_interval=0))
+    ctx = app.state.mcpauth
+    now = ctx.now()
+
+    def add(prefix: str, number: int, expires_at: int) -> None:
+        with ctx.db.write() as session:
+            for index in range(number):
+                session.add(
+                    Interaction(
+                        id=f"{prefix}-{index}", request={}, created_at=0, expires_at=expires_at
+                    )
+                )
+
+    add("dead", 5, 1)
+    add("live", 3, now + 600)
+    metrics = Metrics()
+
+    def sample(name: str, table: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"table": table})
+
+    prune_once(ctx, metrics)
+    assert sample("mcpauth_pruned_rows_total", "interactions") == 5
+    assert sample("mcpauth_table_rows", "interactions") == 3
+    for rule in pruning.RULES:  # every pruned table has its gauge
+        assert sample("mcpauth_table_rows", rule.name) is not None, rule.name
+    add("later", 4, now + 600)
+    metrics.render()  # a scrape counts nothing: the gauge is the last run's
+    assert sample("mcpauth_table_rows", "interactions") == 3
+    prune_once(ctx, metrics)
+    assert sample("mcpauth_table_rows", "interactions") == 7
+    assert sample("mcpauth_pruned_rows_total", "interactions") == 5
+
+
+def test_a_table_past_the_count_limit_is_reported_by_its_estimate_on_postgresql(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import text
+
+    app = create_app(make_settings(prune_interval=0))
+    ctx = app.state.mcpauth
+    monkeypatch.setattr(pruning, "COUNT_LIMIT", 10)
+
+    def add(first: int, last: int) -> None:
+        with ctx.db.write() as session:
+            for index in range(first, last):
+                session.add(Interaction(id=f"i-{index}", request={}, created_at=0, expires_at=1))
+
+    add(0, 25)
+    postgresql = ctx.db.engine.dialect.name == "postgresql"
+    if postgresql:
+        with ctx.db.engine.connect() as conn:
+            conn.execute(text("ANALYZE interactions"))  # what autovacuum does by itself
+            conn.commit()
+    add(25, 30)  # not in the estimate yet
+    # SQLite counts every row; PostgreSQL reads ten and takes the planner's estimate
+    assert pruning.table_rows(ctx.db)["interactions"] == (25 if postgresql else 30)
+    monkeypatch.setattr(pruning, "COUNT_LIMIT", 1000)
+    assert pruning.table_rows(ctx.db)["interactions"] == 30  # under the limit: counted
 
 
 def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
@@ -201,6 +273,7 @@ def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
     report = json.loads(done.stdout)
     assert report["skipped"] is False
     assert set(report["pruned"]) >= {"authorization_codes", "interactions", "refresh_tokens"}
+    assert report["rows"] == dict.fromkeys(report["pruned"], 0)  # and what is left
 
 
 def test_two_replicas_prune_at_once_without_errors_or_double_work(
