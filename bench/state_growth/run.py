@@ -75,7 +75,7 @@ sys.path.insert(0, str(ROOT))  # for bench/ and tests/
 
 from bench import common  # noqa: E402
 from bench.postgres import run as pgbench  # noqa: E402
-from mcpauth.server.storage.database import Database  # noqa: E402
+from mcpauth.server.storage.database import Database, make_engine  # noqa: E402
 from mcpauth.server.storage.prune import table_rows  # noqa: E402
 from tests.pg import PostgresServer, _migrate_template, start_server  # noqa: E402
 
@@ -330,7 +330,7 @@ class Credentials:
 
     def __init__(self, c: pgbench.Cluster, database: str) -> None:
         self.c = c
-        self.engine = create_engine(database)
+        self.engine = make_engine(database)  # SQLite: waits for the write lock as mcpauth does
         asyncio.run(pgbench.mint_codes(c, 16))
         with self.engine.connect() as conn:
             code = (
