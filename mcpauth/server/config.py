@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,10 +15,17 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.server.browser.pages import is_colour
 from mcpauth.uris import check_issuer
 
 ENV_PREFIX = "MCPAUTH_"
+_HEX_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
+
+
+def is_colour(value: str) -> bool:
+    """A colour written ``#rrggbb``."""
+    return bool(_HEX_COLOUR.match(value))
+
+
 RegistrationPolicy = Literal["open", "closed", "token"]
 
 

@@ -17,7 +17,6 @@ from mcpauth.server.authorization.outcomes import (
     issue_code,
     see_other,
 )
-from mcpauth.server.authorization.redirect_uris import all_loopback
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view
 from mcpauth.server.browser.login import attempt_login, refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
@@ -28,6 +27,7 @@ from mcpauth.server.browser.sessions import (
     load_session,
     save_session,
 )
+from mcpauth.server.clients.redirect_uris import all_loopback
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store

@@ -15,6 +15,7 @@ from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import BrowserSession, csrf_valid, sign_in
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
+from mcpauth.server.http_io import client_ip
 from mcpauth.server.identity.passwords import verify_password
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
@@ -58,11 +59,6 @@ def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
     page = render("locked.html", 429, wait=wait, until=until, retry_url=retry_url)
     page.headers["Retry-After"] = str(seconds)
     return page
-
-
-def client_ip(request: Request) -> str:
-    # uvicorn rewrites request.client from X-Forwarded-For only for configured trusted proxies
-    return request.client.host if request.client else "unknown"
 
 
 def account_key(username: str, address: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
-from mcpauth.server.authorization.redirect_uris import check_redirect_uri, host_of
+from mcpauth.server.clients.redirect_uris import check_redirect_uri, host_of
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
