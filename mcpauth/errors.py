@@ -155,6 +155,19 @@ class InsufficientScope(OAuthError):
     status_code = 403
 
 
+class InvalidDPoPProof(OAuthError):
+    """A DPoP proof failed a check of RFC 9449 §4.3 (400 at the token endpoint; a resource
+    server answers 401 with a DPoP challenge)."""
+
+    error = "invalid_dpop_proof"
+
+
+class UseDPoPNonce(OAuthError):
+    """The server requires a nonce it issued in ``DPoP-Nonce`` (RFC 9449 §8, §9)."""
+
+    error = "use_dpop_nonce"
+
+
 class TooManyRequests(OAuthError):
     """Throttled; ``retry_after`` seconds go out in the ``Retry-After`` header."""
 
