@@ -123,6 +123,8 @@ class RefreshToken(SQLModel, table=True):
     created_at: int
     expires_at: int
     rotated_at: int | None = None
+    # RFC 9449 §5: a public client's refresh token only works with proofs of this key
+    dpop_jkt: str | None = Field(default=None, max_length=64)
 
 
 class Consent(SQLModel, table=True):

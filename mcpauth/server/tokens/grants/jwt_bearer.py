@@ -85,8 +85,10 @@ def _user_for(session: Session, issuer: str, subject: str, now: int) -> str:
     return user.id
 
 
-def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
-    """Exchange an ID-JAG for an access token.
+def issue(
+    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """Exchange an ID-JAG for an access token (``jkt``: the DPoP key the request proved).
 
     Raises:
         OAuthError: invalid_request, invalid_grant, invalid_target or invalid_scope.
@@ -113,4 +115,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
         scopes=scopes,
         now=now,
     )
-    return Issuance(token, scopes)
+    issuance = Issuance(token, scopes)
+    if jkt is not None:
+        issuance.bind(jkt)
+    return issuance
