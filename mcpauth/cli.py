@@ -177,12 +177,13 @@ def cmd_db(args: argparse.Namespace) -> int:
     from mcpauth.server.storage.database import make_engine
 
     if args.action == "prune":
-        from mcpauth.server.storage.prune import prune
+        from mcpauth.server.storage.prune import prune, table_rows
 
         ctx = _admin(args)
         counts = prune(ctx.db, ctx.settings, ctx.now())
+        rows = table_rows(ctx.db)
         ctx.db.dispose()
-        _print({"pruned": counts, "skipped": counts is None})
+        _print({"pruned": counts, "skipped": counts is None, "rows": rows})
         return 0
     engine = make_engine(_settings(args).database_url)
     migrate.upgrade(engine)

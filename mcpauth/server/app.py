@@ -35,7 +35,7 @@ from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
 from mcpauth.server.operations.rate_limits import Rate, RateLimitMiddleware
 from mcpauth.server.storage import migrate
 from mcpauth.server.storage.database import make_engine
-from mcpauth.server.storage.prune import prune, report
+from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
 from mcpauth.server.tokens import introspection, revocation
@@ -222,18 +222,26 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error_response(ServerError("The server hit an unexpected error"))
 
 
+def prune_once(ctx: ServerContext, metrics: Metrics | None) -> dict[str, int] | None:
+    """One pruner run (blocking): delete expired state, log it, and put the rows deleted and
+    the rows left per table in the metrics (also when another replica held the lock)."""
+    counts = prune(ctx.db, ctx.settings, ctx.now())
+    report(counts)
+    if metrics is not None:
+        if counts:
+            metrics.count_pruned(counts)
+        metrics.set_table_rows(table_rows(ctx.db))
+    return counts
+
+
 async def _prune_periodically(ctx: ServerContext, metrics: Metrics | None) -> None:
     """Delete expired state every ``prune_interval`` seconds while the server runs."""
     while True:
         await asyncio.sleep(ctx.settings.prune_interval)
         try:
-            counts = await run_blocking(prune, ctx.db, ctx.settings, ctx.now())
+            await run_blocking(prune_once, ctx, metrics)
         except SQLAlchemyError:
             log.exception("pruning failed; trying again in %d s", ctx.settings.prune_interval)
-            continue
-        report(counts)
-        if metrics is not None and counts:
-            metrics.count_pruned(counts)
 
 
 def create_app(

@@ -78,9 +78,13 @@ class Settings(BaseModel):
     `mcpauth db prune` does it on demand)."""
     self_registered_client_unused_ttl: int = Field(default=86400, ge=60)
     """Seconds after which a client registered by dynamic registration or a metadata document
-    that never obtained a grant is deleted by the pruner (admin-registered clients never)."""
+    that never obtained a grant is deleted by the pruner (admin-registered clients never). A
+    confidential client's registration response says so: its `client_secret_expires_at` is
+    this deadline, not 0 ("never")."""
     self_registered_client_idle_ttl: int = Field(default=90 * 86400, ge=60)
-    """Seconds without any use of its grants after which a self-registered client is deleted."""
+    """Seconds without any use of its grants after which a self-registered client is deleted;
+    a grant keeps its client no longer than the grant lives (`refresh_token_ttl`). An RFC 7592
+    read gives the deadline so moved as `client_secret_expires_at`."""
     key_rotation_delay: int = Field(default=0, ge=0)
     """Seconds a rotated-in key is published before it signs."""
     registration_policy: RegistrationPolicy = "open"

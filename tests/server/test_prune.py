@@ -7,6 +7,7 @@ pass, PostgreSQL)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,7 +31,7 @@ from mcpauth.server.storage.models import (
 from ..conftest import ISSUER
 from ..oauth import authorization_params, pkce_pair, register_public_client
 from .conftest import add_user
-from .test_token import refresh, tokens
+from .test_token import get_code, redeem, refresh, tokens
 
 pytestmark = pytest.mark.anyio
 DAY = 86400
@@ -177,16 +178,88 @@ def test_serve_prunes_by_itself_every_prune_interval(
 
     from starlette.testclient import TestClient
 
-    app = create_app(make_settings(prune_interval=1))
+    pytest.importorskip("prometheus_client")
+    app = create_app(make_settings(prune_interval=1, metrics=True))
     ctx = app.state.mcpauth
     with ctx.db.write() as session:
         session.add(Interaction(id="abandoned", request={}, created_at=0, expires_at=1))
     assert count(app, Interaction) == 1
-    with TestClient(app):  # runs the lifespan, which starts the pruner
+    gauge = 'mcpauth_table_rows{table="interactions"} 0.0'
+    with TestClient(app) as client:  # runs the lifespan, which starts the pruner
         deadline = time.monotonic() + 15
-        while count(app, Interaction) and time.monotonic() < deadline:
+        while gauge not in client.get("/metrics").text and time.monotonic() < deadline:
             time.sleep(0.1)
+        scraped = client.get("/metrics").text
     assert count(app, Interaction) == 0
+    assert gauge in scraped
+    assert 'mcpauth_pruned_rows_total{table="interactions"} 1.0' in scraped
+
+
+def test_the_metrics_give_rows_pruned_and_rows_left_per_table_from_each_run_not_each_scrape(
+    make_settings: Callable[..., Settings],
+) -> None:
+    pytest.importorskip("prometheus_client")
+    from mcpauth.server.app import prune_once
+    from mcpauth.server.operations.metrics import Metrics
+
+    app = create_app(make_settings(prune_interval=0))
+    ctx = app.state.mcpauth
+    now = ctx.now()
+
+    def add(prefix: str, number: int, expires_at: int) -> None:
+        with ctx.db.write() as session:
+            for index in range(number):
+                session.add(
+                    Interaction(
+                        id=f"{prefix}-{index}", request={}, created_at=0, expires_at=expires_at
+                    )
+                )
+
+    add("dead", 5, 1)
+    add("live", 3, now + 600)
+    metrics = Metrics()
+
+    def sample(name: str, table: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"table": table})
+
+    prune_once(ctx, metrics)
+    assert sample("mcpauth_pruned_rows_total", "interactions") == 5
+    assert sample("mcpauth_table_rows", "interactions") == 3
+    for rule in pruning.RULES:  # every pruned table has its gauge
+        assert sample("mcpauth_table_rows", rule.name) is not None, rule.name
+    add("later", 4, now + 600)
+    metrics.render()  # a scrape counts nothing: the gauge is the last run's
+    assert sample("mcpauth_table_rows", "interactions") == 3
+    prune_once(ctx, metrics)
+    assert sample("mcpauth_table_rows", "interactions") == 7
+    assert sample("mcpauth_pruned_rows_total", "interactions") == 5
+
+
+def test_a_table_past_the_count_limit_is_reported_by_its_estimate_on_postgresql(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import text
+
+    app = create_app(make_settings(prune_interval=0))
+    ctx = app.state.mcpauth
+    monkeypatch.setattr(pruning, "COUNT_LIMIT", 10)
+
+    def add(first: int, last: int) -> None:
+        with ctx.db.write() as session:
+            for index in range(first, last):
+                session.add(Interaction(id=f"i-{index}", request={}, created_at=0, expires_at=1))
+
+    add(0, 25)
+    postgresql = ctx.db.engine.dialect.name == "postgresql"
+    if postgresql:
+        with ctx.db.engine.connect() as conn:
+            conn.execute(text("ANALYZE interactions"))  # what autovacuum does by itself
+            conn.commit()
+    add(25, 30)  # not in the estimate yet
+    # SQLite counts every row; PostgreSQL reads ten and takes the planner's estimate
+    assert pruning.table_rows(ctx.db)["interactions"] == (25 if postgresql else 30)
+    monkeypatch.setattr(pruning, "COUNT_LIMIT", 1000)
+    assert pruning.table_rows(ctx.db)["interactions"] == 30  # under the limit: counted
 
 
 def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
@@ -200,38 +273,85 @@ def test_db_prune_reports_what_it_deleted(tmp_path: Any) -> None:
     report = json.loads(done.stdout)
     assert report["skipped"] is False
     assert set(report["pruned"]) >= {"authorization_codes", "interactions", "refresh_tokens"}
+    assert report["rows"] == dict.fromkeys(report["pruned"], 0)  # and what is left
+
+
+def _dead_rows(app: Starlette, number: int) -> None:
+    from mcpauth.server.storage.models import UsedAssertion
+
+    with app.state.mcpauth.db.write() as session:
+        for index in range(number):
+            session.add(Interaction(id=f"old-{index}", request={}, created_at=0, expires_at=1))
+            session.add(UsedAssertion(key=f"used-{index}", expires_at=1))
+
+
+def _at_once(apps: list[Starlette], run: Callable[[Any], dict[str, int] | None]) -> list[Any]:
+    """``run(ctx)`` in one thread per app, released together; the results and errors."""
+    import threading
+
+    barrier = threading.Barrier(len(apps))
+    results: list[Any] = []
+
+    def replica(app: Starlette) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results.append(run(app.state.mcpauth))
+        except BaseException as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=replica, args=(app,)) for app in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    return results
 
 
 def test_two_replicas_prune_at_once_without_errors_or_double_work(
     make_settings: Callable[..., Settings],
 ) -> None:
-    import threading
+    """Two replicas (separate engines, one database) start the pruner at the same moment: on
+    PostgreSQL one takes the advisory lock and the other skips; every dead row is deleted
+    exactly once, nothing fails."""
+    from mcpauth.server.storage.models import UsedAssertion
 
     first = create_app(make_settings())
     second = create_app(make_settings())  # another replica on the same database
-    ctx = first.state.mcpauth
-    with ctx.db.write() as session:
-        for index in range(2500):
-            session.add(Interaction(id=f"old-{index}", request={}, created_at=0, expires_at=1))
-    results: list[dict[str, int] | None] = []
-    errors: list[BaseException] = []
-
-    def run(app: Starlette) -> None:
-        try:
-            other = app.state.mcpauth
-            results.append(pruning.prune(other.db, other.settings, other.now()))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(app,)) for app in (first, second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
+    _dead_rows(first, 5000)
+    results = _at_once([first, second], lambda ctx: pruning.prune(ctx.db, ctx.settings, ctx.now()))
+    assert not [r for r in results if isinstance(r, BaseException)]
     done = [r for r in results if r is not None]
-    assert sum(r["interactions"] for r in done) == 2500  # every row deleted exactly once
-    assert count(first, Interaction) == 0
+    if first.state.mcpauth.db.engine.dialect.name == "postgresql":
+        assert len(done) >= 1  # one held the lock (the other skipped, or ran after it)
+    for table in ("interactions", "used_assertions"):
+        assert sum(r[table] for r in done) == 5000  # every row deleted exactly once
+    assert count(first, Interaction) == count(first, UsedAssertion) == 0
+
+
+def test_replicas_without_the_lock_still_delete_each_row_once(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Batches are idempotent: pruners racing without the lock (SQLite has none; a replica
+    could also run while another holds a long batch) neither fail nor count a row twice."""
+    from mcpauth.server.storage.models import UsedAssertion
+
+    apps = [create_app(make_settings()) for _ in range(3)]
+    _dead_rows(apps[0], 5000)
+    rules = [rule for rule in pruning.RULES if rule.name in ("interactions", "used_assertions")]
+
+    def unlocked(ctx: Any) -> dict[str, int]:
+        return {
+            rule.name: pruning._prune_table(ctx.db, rule, ctx.settings, ctx.now()) for rule in rules
+        }
+
+    results = _at_once(apps, unlocked)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    # a racer that meets a batch already deleted stops early; the next run takes the rest
+    again = unlocked(apps[0].state.mcpauth)
+    for rule in rules:
+        assert sum(r[rule.name] for r in results) + again[rule.name] == 5000
+    assert count(apps[0], Interaction) == count(apps[0], UsedAssertion) == 0
 
 
 async def test_self_registered_clients_expire_when_unused_and_admin_clients_never(
@@ -261,3 +381,75 @@ async def test_self_registered_clients_expire_when_unused_and_admin_clients_neve
             assert count(short_app, Client) == 1  # the admin's never expires
             assert count(short_app, Grant) == 0
             assert count(short_app, RefreshToken) == 0
+
+
+async def test_a_self_registered_confidential_client_is_told_when_the_pruner_may_delete_it(
+    short_app: Starlette,
+) -> None:
+    """``client_secret_expires_at`` is never 0 ("never") for a client the pruner deletes: at
+    registration the end of its unused period; once it has a grant, as long as that grant
+    keeps it (an RFC 7592 read). Pruning at the told second keeps the client; after it, an
+    unused client goes (docs/security.md T33)."""
+    import time
+
+    from mcpauth.server.storage.models import Client
+
+    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    with freeze_time("2027-03-01 00:00:00") as clock:
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+
+            async def read(registered: dict[str, Any]) -> int:
+                token = registered["registration_access_token"]
+                response = await http.get(
+                    registered["registration_client_uri"],
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert response.status_code == 200, response.text
+                registered["registration_access_token"] = response.json()[
+                    "registration_access_token"
+                ]  # RFC 7592 §3: each read rotates it
+                return int(response.json()["client_secret_expires_at"])
+
+            start = int(time.time())
+            used, unused = [
+                await register_public_client(http, token_endpoint_auth_method="client_secret_post")
+                for _ in range(2)
+            ]
+            assert used["client_secret_expires_at"] == start + DAY
+            assert await read(used) == start + DAY
+            operator = admin.add_client(
+                short_app.state.mcpauth,
+                name="ops",
+                redirect_uris=["https://o.example/cb"],
+                auth_method="client_secret_basic",
+            )
+            assert operator["client_secret_expires_at"] == 0  # never pruned, never expires
+
+            clock.tick(3600)
+            granted_at = int(time.time())
+            code, verifier = await get_code(
+                http, used["client_id"], scope="mcp:tools offline_access"
+            )
+            response = await redeem(
+                http, used["client_id"], code, verifier, client_secret=used["client_secret"]
+            )
+            assert response.status_code == 200, response.text
+            # the grant keeps it while the grant lives (refresh_token_ttl: two days here)
+            assert await read(used) == granted_at + 2 * DAY
+            assert await read(unused) == start + DAY
+
+            clock.move_to(datetime.fromtimestamp(start + DAY, UTC))
+            assert run_pruner(short_app)["clients"] == 0  # the told second: both kept
+            clock.tick(1)
+            assert run_pruner(short_app)["clients"] == 1  # past it: the unused one goes
+            with short_app.state.mcpauth.db.read() as session:
+                assert session.get(Client, unused["client_id"]) is None
+                assert session.get(Client, used["client_id"]) is not None
+
+            clock.move_to(datetime.fromtimestamp(granted_at + 2 * DAY, UTC))
+            assert run_pruner(short_app)["clients"] == 0
+            clock.tick(1)
+            run_pruner(short_app)  # the grant has ended: it goes, then the client
+            assert run_pruner(short_app)["clients"] == 1
+            with short_app.state.mcpauth.db.read() as session:
+                assert session.get(Client, used["client_id"]) is None

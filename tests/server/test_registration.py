@@ -177,7 +177,8 @@ async def test_confidential_registration_returns_a_secret_stored_only_as_a_diges
     info = response.json()
     secret = info["client_secret"]
     assert len(secret) >= 43  # 256 random bits, base64url (docs/security.md T18)
-    assert info["client_secret_expires_at"] == 0
+    # not 0 ("never"): unused, the pruner deletes it after a day (test_prune.py has the rest)
+    assert info["client_secret_expires_at"] == info["client_id_issued_at"] + 86400
     assert info["logo_uri"] == "https://app.example/logo.png"
     with app.state.mcpauth.db.read() as session:
         row = session.get(Client, info["client_id"])

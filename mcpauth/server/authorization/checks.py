@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
 from mcpauth.oauth import SCOPE_TOKEN, s256
 from mcpauth.server.authorization.resources import Resources
+from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.uris import URIError, canonical_resource
 
@@ -17,7 +18,6 @@ S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # RFC 7636 §4.1: code_verifier = 43*128unreserved
 CODE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 OFFLINE_ACCESS = "offline_access"
-MAX_SCOPES = 50
 
 
 def check_code_challenge(challenge: str | None, method: str | None) -> str:

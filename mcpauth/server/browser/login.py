@@ -19,11 +19,15 @@ from mcpauth.server.http_io import client_ip
 from mcpauth.server.identity.passwords import verify_password
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.operations.size_limits import (
+    MAX_PASSWORD_LENGTH,
+    MAX_USERNAME_LENGTH,
+    address_in_key,
+)
 from mcpauth.server.storage.lookups import user_by_name
 from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
 
-MAX_PASSWORD = 1024
 IP_FAILURES_PER_ACCOUNT_LIMIT = 4  # an address may fail this many times more than one account
 
 
@@ -66,7 +70,7 @@ def account_key(username: str, address: str) -> str:
     address) and per address, never per account alone, follows Auth0's brute-force protection:
     a guesser is slowed, while an outsider cannot lock the real user out from other addresses
     (argon2id keeps every guess expensive, and the address limit caps a spread-out attack)."""
-    return f"login:at:{digest(username.lower())[:32]}:{address}"
+    return f"login:at:{digest(username.lower())[:32]}:{address_in_key(address)}"
 
 
 def _limits(ctx: ServerContext) -> tuple[lockout.Limit, lockout.Limit]:
@@ -131,9 +135,16 @@ async def attempt_login(
         )
     username = fields.get("username", "").strip()
     password = fields.get("password", "")
-    if not username or not password or len(password) > MAX_PASSWORD or len(username) > 200:
-        return LoginOutcome(error="Enter your username and password.", username=username[:200])
-    keys = (account_key(username, client_ip(request)), f"login:ip:{client_ip(request)}")
+    if not username or not password:
+        return LoginOutcome(error="Enter your username and password.", username=username)
+    if len(username) > MAX_USERNAME_LENGTH:
+        error = f"The username is longer than {MAX_USERNAME_LENGTH} characters."
+        return LoginOutcome(error=error, username=username[:MAX_USERNAME_LENGTH])
+    if len(password) > MAX_PASSWORD_LENGTH:
+        error = f"The password is longer than {MAX_PASSWORD_LENGTH} characters."
+        return LoginOutcome(error=error, username=username)
+    address = client_ip(request)
+    keys = (account_key(username, address), f"login:ip:{address_in_key(address)}")
     locked = await run_blocking(_locked, ctx, keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)

@@ -20,6 +20,7 @@ from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, matches
 from mcpauth.server.operations import lockout as throttle
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.operations.size_limits import address_in_key
 from mcpauth.server.storage.models import Client
 
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
@@ -103,9 +104,9 @@ def authenticated_from_memory(
 
 def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
     """(client at this address, this address): the client id is digested, so a name the
-    requester chose never makes a long key."""
-    named = digest(credentials.client_id)[:32]
-    return (f"client-at:{named}:{address}", f"client-ip:{address}")
+    requester chose never makes a long key (nor does an over-long address)."""
+    named, where = digest(credentials.client_id)[:32], address_in_key(address)
+    return (f"client-at:{named}:{where}", f"client-ip:{where}")
 
 
 def record_failure(

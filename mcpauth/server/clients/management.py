@@ -18,6 +18,7 @@ from mcpauth.server.http_io import NO_STORE, client_metadata_body, error_respons
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.storage.models import Client
+from mcpauth.server.storage.prune import client_expires_at
 from mcpauth.server.threads import run_blocking
 
 UNAUTHORIZED = InvalidToken(
@@ -45,7 +46,10 @@ def _load(ctx: ServerContext, client_id: str, token: str) -> Client:
 def _information(ctx: ServerContext, client: Client, token: str) -> dict[str, Any]:
     info: dict[str, Any] = {"client_id": client.client_id, "client_id_issued_at": client.created_at}
     if client.secret_digest is not None:
-        info["client_secret_expires_at"] = client.secret_expires_at
+        # not 0 ("never") for a client the pruner will delete when unused (docs/security.md T33)
+        with ctx.db.read() as session:
+            expires_at = client_expires_at(session.connection(), ctx.settings, client)
+        info["client_secret_expires_at"] = expires_at
     info.update(client.client_metadata)
     info["registration_access_token"] = token
     info["registration_client_uri"] = records.configuration_uri(ctx, client.client_id)

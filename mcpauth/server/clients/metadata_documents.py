@@ -22,10 +22,10 @@ from mcpauth.server.clients.fetch_admission import FetchDeclined
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
+from mcpauth.server.operations.size_limits import MAX_CLIENT_ID_URL_LENGTH
 from mcpauth.server.storage.models import Client
 
 Fetcher = Callable[[str], FetchedResponse]
-MAX_URL_LENGTH = 2048  # the clients.client_id column
 MAX_DEPTH = 16  # a client metadata document nests 4-5 levels (jwks.keys[].x5c[])
 MIN_TTL, DEFAULT_TTL, MAX_TTL = 60, 300, 24 * 3600
 _AUTH_METHODS = ("none", "private_key_jwt")
@@ -53,8 +53,8 @@ def check_client_id_url(client_id: str) -> str:
     Raises:
         CIMDError: the URL breaks a rule; the description names it.
     """
-    if len(client_id) > MAX_URL_LENGTH:
-        raise CIMDError(f"client_id URL is longer than {MAX_URL_LENGTH} characters")
+    if len(client_id) > MAX_CLIENT_ID_URL_LENGTH:
+        raise CIMDError(f"client_id URL is longer than {MAX_CLIENT_ID_URL_LENGTH} characters")
     if _UNSAFE.search(client_id):
         raise CIMDError("client_id URL must not contain spaces, control characters or '\\'")
     parts = urlsplit(client_id)

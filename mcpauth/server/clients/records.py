@@ -105,7 +105,10 @@ def create_client(
     first_party: bool = False,
     introspect: bool = False,
 ) -> dict[str, Any]:
-    """Store a new client; return its RFC 7591 §3.2.1 information with the secrets, shown once."""
+    """Store a new client; return its RFC 7591 §3.2.1 information with the secrets, shown once.
+    ``client_secret_expires_at`` is 0 (never) for the operator's clients; for a self-registered
+    one, the end of its unused period, when the pruner deletes it unless it obtained a grant
+    (``storage.prune.client_expires_at``; an RFC 7592 read gives the current value)."""
     now = ctx.now()
     client_id = new_client_id()
     secret = (
@@ -136,7 +139,8 @@ def create_client(
     info: dict[str, Any] = {"client_id": client_id, "client_id_issued_at": now}
     if secret:
         info["client_secret"] = secret
-        info["client_secret_expires_at"] = 0
+        unused_until = now + ctx.settings.self_registered_client_unused_ttl
+        info["client_secret_expires_at"] = 0 if source == "admin" else unused_until
     info["registration_access_token"] = registration_token
     info["registration_client_uri"] = configuration_uri(ctx, client_id)
     info.update(validated.document())

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from urllib.parse import SplitResult
 
 from mcpauth.errors import InvalidRedirectUri
+from mcpauth.server.operations.size_limits import MAX_URI_LENGTH
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
-MAX_URI_LENGTH = 2000
 _FORBIDDEN_SCHEMES = frozenset(
     {"javascript", "data", "file", "vbscript", "about", "blob", "ftp", "ws", "wss", "filesystem"}
 )

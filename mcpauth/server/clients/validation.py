@@ -12,6 +12,13 @@ from typing import Any
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
 from mcpauth.server.clients.redirect_uris import check_redirect_uri, host_of
+from mcpauth.server.operations.size_limits import (
+    MAX_CONTACTS,
+    MAX_NAME_LENGTH,
+    MAX_REDIRECT_URIS,
+    MAX_SCOPE_LENGTH,
+    MAX_URI_LENGTH,
+)
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
@@ -22,8 +29,6 @@ _FORBIDDEN_GRANTS = {
     "client_credentials": "client_credentials clients are pre-registered by an administrator",
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-MAX_REDIRECT_URIS = 20
-MAX_STRING = 200
 URI_FIELDS = ("client_uri", "logo_uri", "tos_uri", "policy_uri", "jwks_uri")
 
 
@@ -60,7 +65,7 @@ class ValidatedClient:
         return doc
 
 
-def _string(raw: dict[str, Any], name: str, *, limit: int = MAX_STRING) -> str | None:
+def _string(raw: dict[str, Any], name: str, *, limit: int = MAX_NAME_LENGTH) -> str | None:
     value = raw.get(name)
     if value is None:
         return None
@@ -85,7 +90,7 @@ def _string_list(raw: dict[str, Any], name: str, *, limit: int) -> list[str] | N
 
 
 def _https_uri(raw: dict[str, Any], name: str) -> str | None:
-    value = _string(raw, name, limit=2000)
+    value = _string(raw, name, limit=MAX_URI_LENGTH)
     if value is None:
         return None
     try:
@@ -141,7 +146,7 @@ def _application_type(raw: dict[str, Any], uris: list[str]) -> str:
 
 
 def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
-    value = _string(raw, "scope", limit=2000)
+    value = _string(raw, "scope", limit=MAX_SCOPE_LENGTH)
     if value is None:
         return None
     scopes = value.split(" ")
@@ -186,10 +191,12 @@ def _extras(raw: dict[str, Any]) -> dict[str, Any]:
     for name in ("software_id", "software_version"):
         if (text := _string(raw, name)) is not None:
             extra[name] = text
-    contacts = _string_list(raw, "contacts", limit=10)
+    contacts = _string_list(raw, "contacts", limit=MAX_CONTACTS)
     if contacts is not None:
-        if any(len(c) > MAX_STRING for c in contacts):
-            raise InvalidClientMetadata(f"contacts: entries longer than {MAX_STRING} characters")
+        if any(len(c) > MAX_NAME_LENGTH for c in contacts):
+            raise InvalidClientMetadata(
+                f"contacts: entries longer than {MAX_NAME_LENGTH} characters"
+            )
         extra["contacts"] = contacts
     return extra
 

@@ -1,6 +1,7 @@
 """Optional Prometheus metrics (``pip install 'mcpauth-kit[metrics]'``, ``MCPAUTH_METRICS=true``):
-requests by route and status with latencies, and audit events by kind. A registry per
-application, so several apps in one process (tests) never collide."""
+requests by route and status with latencies, audit events by kind, and the pruner's work: rows
+deleted and rows left per table (set by each pruner run; a scrape reads no database). A
+registry per application, so several apps in one process (tests) never collide."""
 
 from __future__ import annotations
 
@@ -41,9 +42,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.rows = prom.Gauge(
+            "mcpauth_table_rows",
+            "Rows in each pruned table at the last pruner run (PostgreSQL: an estimate beyond "
+            "100,000)",
+            ["table"],
+            registry=self.registry,
+        )
+
     def count_pruned(self, counts: dict[str, int]) -> None:
         for table, rows in counts.items():
             self.pruned.labels(table=table).inc(rows)
+
+    def set_table_rows(self, rows: dict[str, int]) -> None:
+        for table, count in rows.items():
+            self.rows.labels(table=table).set(count)
 
     def render(self) -> tuple[bytes, str]:
         return self._prom.generate_latest(self.registry), self._prom.CONTENT_TYPE_LATEST

@@ -22,6 +22,7 @@ from mcpauth.errors import TooManyRequests
 from mcpauth.oauth import parse_basic_authorization
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import error_response
+from mcpauth.server.operations.size_limits import address_in_key
 from mcpauth.server.storage.models import RateCounter
 from mcpauth.server.threads import run_blocking
 
@@ -142,7 +143,7 @@ class RateLimitMiddleware:
     def _keys(self, scope: Scope, name: str) -> tuple[str, str | None]:
         """The address's key and the key of the client the Basic credentials name (if any)."""
         client = scope.get("client")
-        address = f"rate:{name}:ip:{client[0] if client else 'unknown'}"
+        address = f"rate:{name}:ip:{address_in_key(client[0]) if client else 'unknown'}"
         raw = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         authorization = raw.decode("latin-1")
         basic = parse_basic_authorization(authorization)

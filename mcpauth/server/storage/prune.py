@@ -14,7 +14,8 @@ What is dead:
 - self-registered clients (dynamic registration, metadata documents) older than
   ``self_registered_client_unused_ttl`` with no grant used within
   ``self_registered_client_idle_ttl`` (admin-registered clients never expire), then their
-  grants and refresh tokens.
+  grants and refresh tokens. :func:`client_expires_at` says when that may happen, for the
+  ``client_secret_expires_at`` a self-registered client is told (RFC 7591 §3.2.1).
 """
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, and_, delete, exists, or_, select, text, tuple_
+from sqlalchemy import (
+    Connection,
+    Table,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from mcpauth.server.config import Settings
@@ -48,6 +61,7 @@ log = logging.getLogger("mcpauth.prune")
 BATCH = 1000
 MAX_BATCHES = 1000  # per table and run: a run ends, the next one continues
 ADVISORY_LOCK = 0x6D6370617574  # "mcpaut": one pruner at a time on PostgreSQL
+COUNT_LIMIT = 100_000  # rows a PostgreSQL table count reads; beyond, the planner's estimate
 RATE_WINDOW = 60
 THROTTLE_WINDOW = 3600  # the longest failure window or lock
 
@@ -90,6 +104,31 @@ def _unused_client(settings: Settings, now: int) -> ColumnElement[bool]:
         CLIENTS.c.created_at + settings.self_registered_client_unused_ttl < now,
         ~used_lately,
     )
+
+
+def client_expires_at(conn: Connection, settings: Settings, client: Client) -> int:
+    """The earliest time the pruner may delete ``client``; 0 if it never will (registered by
+    the operator). Until the client has a grant, the end of its unused period; each grant it
+    uses keeps it until ``self_registered_client_idle_ttl`` after the grant's last use, and no
+    longer than the grant itself lives (``refresh_token_ttl``: a dead grant is deleted, and
+    with it the evidence of use). A user revoking the client's grants ends that sooner."""
+    if client.source not in ("dcr", "cimd"):
+        return client.secret_expires_at
+    kept_by_use = case(
+        (
+            GRANTS.c.last_used_at + settings.self_registered_client_idle_ttl
+            < GRANTS.c.created_at + settings.refresh_token_ttl,
+            GRANTS.c.last_used_at + settings.self_registered_client_idle_ttl,
+        ),
+        else_=GRANTS.c.created_at + settings.refresh_token_ttl,
+    )
+    latest = conn.execute(
+        select(func.max(kept_by_use)).where(
+            GRANTS.c.client_id == client.client_id, GRANTS.c.revoked_at.is_(None)
+        )
+    ).scalar()
+    unused_until = client.created_at + settings.self_registered_client_unused_ttl
+    return max(unused_until, int(latest or 0))
 
 
 @dataclass(frozen=True)
@@ -179,6 +218,43 @@ def prune(db: Database, settings: Settings, now: int) -> dict[str, int] | None:
         finally:
             lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ADVISORY_LOCK})
             lock_conn.commit()
+
+
+def _bounded_count(conn: Connection, table: Table) -> int:
+    sample = select(text("1")).select_from(table).limit(COUNT_LIMIT).subquery()
+    return int(conn.execute(select(func.count()).select_from(sample)).scalar_one())
+
+
+def table_rows(db: Database) -> dict[str, int]:
+    """Rows in each pruned table, for the metrics; measured once per pruner run, never per
+    scrape. SQLite counts (its count reads the smallest index: milliseconds per million rows).
+    PostgreSQL counts at most :data:`COUNT_LIMIT` rows of a table and, for a table that has
+    more, reports the planner's estimate (``pg_class.reltuples``, kept by autovacuum and
+    ``ANALYZE``), never less than the limit."""
+    tables = {rule.name: rule.table for rule in RULES}
+    with db.engine.connect() as conn:
+        if db.engine.dialect.name != "postgresql":
+            counts = select(
+                *(select(func.count()).select_from(t).scalar_subquery() for t in tables.values())
+            )
+            return dict(zip(tables, (int(n) for n in conn.execute(counts).one()), strict=True))
+        estimates = {
+            str(name): float(rows)
+            for name, rows in conn.execute(
+                text(
+                    "SELECT relname, reltuples FROM pg_class WHERE relkind = 'r' "
+                    "AND relnamespace = to_regnamespace(current_schema())::oid "
+                    "AND relname = ANY(:names)"
+                ),
+                {"names": [t.name for t in tables.values()]},
+            )
+        }
+        rows: dict[str, int] = {}
+        for name, table in tables.items():
+            counted = _bounded_count(conn, table)
+            estimate = int(estimates.get(table.name, -1))
+            rows[name] = counted if counted < COUNT_LIMIT else max(counted, estimate)
+        return rows
 
 
 def report(counts: dict[str, int] | None) -> None:

@@ -15,8 +15,9 @@ from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
 from mcpauth.server.clients.assertions import record_jti
 from mcpauth.server.context import ServerContext
-from mcpauth.server.crypto import new_id
+from mcpauth.server.crypto import digest, new_id
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
 from mcpauth.server.storage.lookups import user_by_name
 from mcpauth.server.storage.models import Client, User
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims
@@ -74,10 +75,27 @@ def _check_claims(
     return resource
 
 
-def _user_for(session: Session, issuer: str, subject: str, now: int) -> str:
-    """The local user standing for the identity provider's subject (created on first use,
-    with no password: it can sign in only through its identity provider)."""
+def local_username(issuer: str, subject: str) -> str:
+    """The local username standing for an identity provider's subject: ``issuer#subject``, or
+    ``issuer#sha256:<digest>`` when that would not fit the users.username column.
+
+    Raises:
+        InvalidGrant: the subject is longer than OpenID Connect allows, or the issuer leaves
+            no room for it.
+    """
+    if len(subject) > MAX_SUBJECT_LENGTH:
+        raise InvalidGrant(f"The assertion's sub is longer than {MAX_SUBJECT_LENGTH} characters")
     username = f"{issuer}#{subject}"
+    if len(username) > MAX_USERNAME_LENGTH:
+        username = f"{issuer}#sha256:{digest(subject)}"
+    if len(username) > MAX_USERNAME_LENGTH:
+        raise InvalidGrant("The assertion's iss is too long for a local user name")
+    return username
+
+
+def _user_for(session: Session, username: str, now: int) -> str:
+    """The local user called ``username`` (created on first use, with no password: it can
+    sign in only through its identity provider)."""
     user = user_by_name(session, username)
     if user is None:
         user = User(id=new_id(), username=username, password_hash="!", created_at=now)
@@ -102,11 +120,12 @@ def issue(
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    username = local_username(str(claims["iss"]), str(claims["sub"]))
     with ctx.db.write() as session:
         if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):
             audit("replay.detected", kind="id_jag", client_id=client.client_id)
             raise InvalidGrant("The assertion was already used")
-        user_id = _user_for(session, str(claims["iss"]), str(claims["sub"]), now)
+        user_id = _user_for(session, username, now)
     token = access_token_claims(
         ctx,
         subject=user_id,
