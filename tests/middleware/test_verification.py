@@ -11,7 +11,6 @@ from freezegun import freeze_time
 from mcpauth.errors import InvalidToken, ServerError, TemporarilyUnavailable
 from mcpauth.middleware import (
     IntrospectionVerifier,
-    JWKSCache,
     JWTVerifier,
     MultiIssuerVerifier,
     TokenVerifier,
@@ -45,7 +44,7 @@ async def test_jwks_uri_is_discovered_from_rfc_8414_metadata_and_cached(
 async def test_jwks_uri_falls_back_to_openid_connect_discovery() -> None:
     server = FakeAuthorizationServer(metadata_path="openid-configuration")
     async with server.http_client() as http:
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=JWKSCache(ISSUER, http=http))
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
         verified = await verifier.verify_token(server.mint())
     assert verified.subject == "alice"
     assert server.fetches["metadata"] == 2
@@ -54,7 +53,7 @@ async def test_jwks_uri_falls_back_to_openid_connect_discovery() -> None:
 async def test_metadata_naming_another_issuer_is_not_used() -> None:
     server = FakeAuthorizationServer(metadata_issuer="https://evil.example.com")
     async with server.http_client() as http:
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=JWKSCache(ISSUER, http=http))
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
         with pytest.raises(TemporarilyUnavailable):
             await verifier.verify_token(server.mint())
     assert "jwks" not in server.fetches
@@ -162,12 +161,8 @@ async def test_several_authorization_servers_are_each_trusted_for_their_own_toke
     async with first.http_client() as h1, second.http_client() as h2:
         verifier = MultiIssuerVerifier(
             {
-                first.issuer: JWTVerifier(
-                    issuer=first.issuer, resource=RESOURCE, keys=JWKSCache(first.issuer, http=h1)
-                ),
-                second.issuer: JWTVerifier(
-                    issuer=second.issuer, resource=RESOURCE, keys=JWKSCache(second.issuer, http=h2)
-                ),
+                first.issuer: JWTVerifier(first.issuer, RESOURCE, http=h1),
+                second.issuer: JWTVerifier(second.issuer, RESOURCE, http=h2),
             }
         )
         assert (await verifier.verify_token(first.mint())).issuer == first.issuer

@@ -1,0 +1,37 @@
+"""The HTTP client a verifier reaches its authorization server with: the caller's own (the
+caller closes it), or one this side creates on first use and closes in ``aclose()``; a
+verifier that never fetches anything never creates one."""
+
+from __future__ import annotations
+
+import httpx
+
+DEFAULT_TIMEOUT = httpx.Timeout(5.0)
+
+
+class LazyClient:
+    """``given`` when there is one; else an ``httpx.AsyncClient`` made by the first
+    :meth:`get` and closed by :meth:`aclose` (a later :meth:`get` makes a new one)."""
+
+    def __init__(self, given: httpx.AsyncClient | None = None) -> None:
+        self._given = given
+        self._own: httpx.AsyncClient | None = None
+
+    @property
+    def current(self) -> httpx.AsyncClient | None:
+        """The client in use: the given one, the one created here, or ``None`` before the
+        first :meth:`get` (and after :meth:`aclose`)."""
+        return self._given if self._given is not None else self._own
+
+    def get(self) -> httpx.AsyncClient:
+        if self._given is not None:
+            return self._given
+        if self._own is None:
+            self._own = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+        return self._own
+
+    async def aclose(self) -> None:
+        """Close the client created here, if any; a given client is left to its owner."""
+        own, self._own = self._own, None
+        if own is not None:
+            await own.aclose()
