@@ -8,9 +8,16 @@ import httpx
 import pytest
 from freezegun import freeze_time
 
-from mcpauth.errors import InvalidToken, ServerError, TemporarilyUnavailable
+from mcpauth.errors import (
+    FetchError,
+    InvalidToken,
+    OAuthError,
+    ServerError,
+    TemporarilyUnavailable,
+)
 from mcpauth.middleware import (
     IntrospectionVerifier,
+    JWKSCache,
     JWTVerifier,
     MultiIssuerVerifier,
     TokenVerifier,
@@ -301,3 +308,65 @@ async def test_a_custom_verifier_satisfies_the_token_verifier_protocol(
         refused = await client.get("/mcp", headers=bearer("nope"))
     assert (ok.status_code, refused.status_code) == (200, 401)
     assert recording_app.calls[0]["subject"] == "carol"
+
+
+async def test_a_given_jwks_uri_is_used_without_discovery() -> None:
+    server = FakeAuthorizationServer()
+    async with server.http_client() as http:
+        verifier = JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", http)
+        assert (await verifier.verify_token(server.mint())).resource == RESOURCE
+        with pytest.raises(InvalidToken, match="not issued for this resource"):
+            await verifier.verify_token(server.mint(aud=OTHER_RESOURCE))
+    assert server.fetches == {"jwks": 1}
+
+
+async def test_the_old_keywords_still_verify_with_a_deprecation_warning() -> None:
+    server = FakeAuthorizationServer()
+    async with server.http_client() as http:
+        keys = JWKSCache(ISSUER, http=http)
+        with pytest.warns(DeprecationWarning, match="is deprecated") as warned:
+            verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=keys)
+        messages = [str(w.message) for w in warned]
+        assert any(
+            "resource=...) is deprecated: pass the resource URI as audience" in m for m in messages
+        )
+        assert any(
+            "keys=JWKSCache(...)) is deprecated: pass jwks_uri= and http=" in m for m in messages
+        )
+        assert all(w.filename == __file__ for w in warned)  # they point at the caller's line
+        assert verifier.keys is keys
+        assert (verifier.audience, verifier.resource) == (RESOURCE, RESOURCE)
+        assert (await verifier.verify_token(server.mint())).resource == RESOURCE
+        with pytest.raises(InvalidToken, match="not issued for this resource"):
+            await verifier.verify_token(server.mint(aud=OTHER_RESOURCE))
+        await verifier.aclose()
+        assert not http.is_closed  # the given key cache and its client stay the caller's
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_verifier_refuses_contradictory_or_missing_audiences_and_key_sources() -> None:
+    with pytest.raises(TypeError, match="needs the audience"):
+        JWTVerifier(ISSUER)
+    with pytest.raises(TypeError, match="audience or the deprecated resource, not both"):
+        JWTVerifier(ISSUER, RESOURCE, resource=OTHER_RESOURCE)
+    with pytest.raises(TypeError, match="jwks_uri and http, or the deprecated keys"):
+        JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", keys=JWKSCache(ISSUER))
+
+
+async def test_a_failed_key_fetch_is_logged_as_the_one_fetch_error_and_answered_plainly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mcpauth.server.clients import ssrf
+
+    server = FakeAuthorizationServer(metadata_issuer="https://evil.example.com")
+    async with server.http_client() as http:
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
+        with pytest.raises(TemporarilyUnavailable) as caught:
+            await verifier.verify_token(server.mint())
+    cause = caught.value.__cause__
+    assert isinstance(cause, FetchError)
+    assert FetchError is ssrf.FetchError  # the server's fetcher raises the same class
+    assert not isinstance(cause, OAuthError)  # never sent as is
+    assert "names issuer 'https://evil.example.com'" in cause.message
+    assert cause.message in caplog.text
+    assert "example.com" not in caught.value.description
