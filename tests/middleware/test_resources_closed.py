@@ -82,6 +82,22 @@ def test_the_middleware_closes_the_client_it_opened_when_the_server_stops(
     gc.collect()
 
 
+def test_with_several_issuers_only_the_verifier_that_fetched_opened_a_client(
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+) -> None:
+    server, issuer = authorization_server
+    silent = "https://other-issuer.example"  # trusted, but no token of it arrives
+    middleware = ProtectedResourceMiddleware(
+        mcp_app(), resource=RESOURCE, authorization_servers=[issuer, silent]
+    )
+    with serve(middleware, lifespan="on") as address:
+        response = httpx.get(f"http://{address}/mcp", headers=bearer(server.mint()))
+        assert response.status_code == 200
+        assert len(created) == 1
+    assert created[0].is_closed
+    gc.collect()
+
+
 def test_a_middleware_that_never_verifies_a_token_never_creates_a_client(
     authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
 ) -> None:
