@@ -1,8 +1,12 @@
 """The HTTP client a verifier reaches its authorization server with: the caller's own (the
 caller closes it), or one this side creates on first use and closes in ``aclose()``; a
-verifier that never fetches anything never creates one."""
+verifier that never fetches anything never creates one. :class:`AsyncClosing` gives each
+owner of such a client ``async with``."""
 
 from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
 
 import httpx
 
@@ -35,3 +39,21 @@ class LazyClient:
         own, self._own = self._own, None
         if own is not None:
             await own.aclose()
+
+
+class AsyncClosing:
+    """``async with`` for a class with ``aclose()``: leaving the block closes it."""
+
+    async def aclose(self) -> None:
+        """Close what this object opened."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -22,10 +22,10 @@ audience itself (RFC 8707 §2: a resource server accepts only tokens issued for 
 from __future__ import annotations
 
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from mcpauth.errors import InvalidToken, TemporarilyUnavailable
+from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware._sdk import access_token
 from mcpauth.middleware.verifier import (
     TokenVerifier,
@@ -79,7 +79,7 @@ def verified_from(result: Any, resource: str, *, audience_checked: bool = False)
     )
 
 
-class FromSDK:
+class FromSDK(AsyncClosing):
     """An SDK-style verifier (``verify_token`` returns ``AccessToken | None``) as an mcpauth
     :class:`~mcpauth.middleware.verifier.TokenVerifier` for ``resource``. :meth:`aclose` (or
     ``async with``) closes the wrapped verifier if it can be closed.
@@ -105,19 +105,8 @@ class FromSDK:
     async def aclose(self) -> None:
         await _close(self.verifier)
 
-    async def __aenter__(self) -> FromSDK:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-
-class ForSDK:
+class ForSDK(AsyncClosing):
     """An mcpauth verifier as the SDK's ``token_verifier=`` (``MCPServer``/``FastMCP``):
     the SDK's ``AccessToken`` for a good token, ``None`` for any other, and ``None`` (with a
     warning logged) while the verifier cannot decide. :meth:`aclose` (or ``async with``) closes
@@ -143,14 +132,3 @@ class ForSDK:
 
     async def aclose(self) -> None:
         await _close(self.verifier)
-
-    async def __aenter__(self) -> ForSDK:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -25,7 +24,7 @@ from mcpauth.errors import (
     TemporarilyUnavailable,
 )
 from mcpauth.middleware._discovery import FetchGate, check_fetch_url, discover_metadata, unavailable
-from mcpauth.middleware._http import LazyClient
+from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.verifier import VerifiedToken, parse_scope
 from mcpauth.oauth import basic_authorization
 
@@ -42,7 +41,7 @@ def _audiences(value: Any) -> list[str]:
     return []
 
 
-class IntrospectionVerifier:
+class IntrospectionVerifier(AsyncClosing):
     """Ask the authorization server whether a token is active (RFC 7662).
 
     The endpoint is ``endpoint`` or the ``introspection_endpoint`` of ``issuer``'s metadata.
@@ -88,17 +87,6 @@ class IntrospectionVerifier:
     async def aclose(self) -> None:
         """Close the HTTP client created here, if any (a given one is left open)."""
         await self._client.aclose()
-
-    async def __aenter__(self) -> IntrospectionVerifier:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Introspect ``token`` and check it is active and meant for this resource.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 
 import httpx
 
@@ -21,7 +20,7 @@ from mcpauth import jwt
 from mcpauth.caching import ExpiringCache, freshness_lifetime
 from mcpauth.errors import ConfigurationError, FetchError
 from mcpauth.middleware._discovery import FetchGate, discover_metadata, fetch_json, unavailable
-from mcpauth.middleware._http import LazyClient
+from mcpauth.middleware._http import AsyncClosing, LazyClient
 
 __all__ = ["JWKSCache"]
 
@@ -40,7 +39,7 @@ def cache_lifetime(
     return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
-class JWKSCache:
+class JWKSCache(AsyncClosing):
     """Verification keys of one issuer.
 
     ``jwks_uri`` is read from the issuer's metadata unless given. Keys are reused for the
@@ -92,17 +91,6 @@ class JWKSCache:
     async def aclose(self) -> None:
         """Close the HTTP client created here, if any (a given one is left open)."""
         await self._client.aclose()
-
-    async def __aenter__(self) -> JWKSCache:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def keys(self) -> Mapping[str, jwt.VerificationKey]:
         """The current keys, fetching them when absent or stale.

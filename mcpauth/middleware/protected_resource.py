@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
 
 import httpx
 from starlette.authentication import BaseUser
@@ -54,6 +53,7 @@ from mcpauth.middleware._asgi import (
 from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, bearer_token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
+from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware._sessions import SessionBindings
 from mcpauth.middleware.adapters import verified_from
 from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, ScopeSpec, parse_jsonrpc
@@ -91,7 +91,7 @@ def default_verifier(
     return MultiIssuerVerifier(verifiers)
 
 
-class ProtectedResourceMiddleware:
+class ProtectedResourceMiddleware(AsyncClosing):
     """Protect ``app``: every request needs a valid bearer token issued for ``resource``.
 
     ``resource`` is the server's canonical URI (``https://host/mcp``). RFC 9728 metadata is
@@ -176,17 +176,6 @@ class ProtectedResourceMiddleware:
         shutdown does this too. A later request opens it again."""
         if self._owned is not None:
             await self._owned.aclose()
-
-    async def __aenter__(self) -> ProtectedResourceMiddleware:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -34,7 +34,6 @@ import typing
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -42,6 +41,7 @@ import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidToken
+from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware.jwks import JWKSCache
 
 __all__ = [
@@ -157,7 +157,7 @@ def parse_scope(value: Any) -> tuple[str, ...]:
     raise InvalidToken("The access token has a malformed scope claim")
 
 
-class JWTVerifier:
+class JWTVerifier(AsyncClosing):
     """RFC 9068 JWT access tokens signed by one authorization server, for one resource.
 
     ``audience`` is this resource server's URI: ``aud`` must contain it, and there is no switch
@@ -240,17 +240,6 @@ class JWTVerifier:
         if self._owns_keys:
             await self.keys.aclose()
 
-    async def __aenter__(self) -> JWTVerifier:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     async def verify_token(self, token: str) -> VerifiedToken:
         """Verify signature, type, issuer, audience, lifetime and required claims.
 
@@ -300,7 +289,7 @@ class JWTVerifier:
         )
 
 
-class MultiIssuerVerifier:
+class MultiIssuerVerifier(AsyncClosing):
     """Routes a JWT to the verifier of the issuer named in its (unverified) ``iss`` claim.
 
     The claim only picks the verifier; that verifier then checks ``iss`` exactly. :meth:`aclose`
@@ -323,17 +312,6 @@ class MultiIssuerVerifier:
             close = getattr(verifier, "aclose", None)
             if close is not None:
                 await close()
-
-    async def __aenter__(self) -> MultiIssuerVerifier:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Verify with the verifier for the token's issuer.
