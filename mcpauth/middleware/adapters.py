@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from mcpauth.errors import InvalidToken, TemporarilyUnavailable
+from mcpauth.errors import FetchError, InvalidToken, OAuthError
 from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware._sdk import access_token
 from mcpauth.middleware.verifier import (
@@ -109,7 +109,8 @@ class FromSDK(AsyncClosing):
 class ForSDK(AsyncClosing):
     """An mcpauth verifier as the SDK's ``token_verifier=`` (``MCPServer``/``FastMCP``):
     the SDK's ``AccessToken`` for a good token, ``None`` for any other, and ``None`` (with a
-    warning logged) while the verifier cannot decide. :meth:`aclose` (or ``async with``) closes
+    warning logged) while the verifier cannot decide (any other mcpauth error, or a
+    :class:`~mcpauth.errors.FetchError`). :meth:`aclose` (or ``async with``) closes
     the wrapped verifier.
 
     Raises:
@@ -124,8 +125,11 @@ class ForSDK(AsyncClosing):
             verified = await self.verifier.verify_token(token)
         except InvalidToken:
             return None
-        except TemporarilyUnavailable as exc:
-            logger.warning("cannot verify a token right now: %s", exc.description)
+        except OAuthError as exc:  # 503 or 500 in mcpauth; the SDK would turn a raise into 500
+            logger.warning("cannot verify a token right now: %s", exc.description or exc.error)
+            return None
+        except FetchError as exc:
+            logger.warning("cannot verify a token right now: %s", exc.message)
             return None
         sdk_token: AccessToken | None = access_token(verified, token)  # the SDK's own type
         return sdk_token

@@ -49,6 +49,10 @@ class IntrospectionVerifier(AsyncClosing):
     ``exp``; an answer without ``exp`` is not reused at all. ``http`` is yours to close;
     without it a client is created on the first call and closed by :meth:`aclose` (or
     ``async with``).
+
+    Raises:
+        ValueError: neither ``endpoint`` nor ``issuer``.
+        ConfigurationError: ``endpoint`` is neither https nor loopback http.
     """
 
     def __init__(
@@ -70,7 +74,8 @@ class IntrospectionVerifier(AsyncClosing):
             raise ValueError("IntrospectionVerifier needs an endpoint or an issuer to discover it")
         self.resource = resource
         self.issuer = issuer
-        self.endpoint = endpoint
+        # A plain-http endpoint is refused here, not by every request (a 500 each time).
+        self.endpoint = None if endpoint is None else check_fetch_url(endpoint)
         self._client = LazyClient(http)
         self.cache_seconds = cache_seconds
         self.leeway = leeway
@@ -172,7 +177,7 @@ class IntrospectionVerifier(AsyncClosing):
                     # Callers that queued behind a failed discovery share its outcome.
                     self._gate.check()
                     self.endpoint = await self._discover(self.issuer)
-        return check_fetch_url(self.endpoint)
+        return self.endpoint  # checked where it came from: the constructor or the discovery
 
     async def _discover(self, issuer: str) -> str:
         try:

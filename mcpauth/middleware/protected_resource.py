@@ -30,6 +30,7 @@ import httpx
 from starlette.authentication import BaseUser
 
 from mcpauth.errors import (
+    FetchError,
     InsufficientScope,
     InvalidRequest,
     OAuthError,
@@ -251,6 +252,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
             raise TemporarilyUnavailable(
                 UNAVAILABLE, headers={"Retry-After": retry_after} if retry_after else None
             ) from exc
+        except FetchError as exc:  # a verifier of your own let a failed fetch through
+            logger.warning("cannot verify a token right now: %s", exc.message)
+            raise TemporarilyUnavailable(UNAVAILABLE) from exc
         user = identity.make_user(verified, digest)
         remember(self.tokens, digest, verified, user)
         return verified, user

@@ -20,7 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
-from mcpauth.errors import InvalidToken
+from mcpauth.errors import FetchError, InvalidToken, ServerError, TemporarilyUnavailable
 from mcpauth.middleware import (
     ForSDK,
     FromSDK,
@@ -28,6 +28,7 @@ from mcpauth.middleware import (
     JWTVerifier,
     MultiIssuerVerifier,
     ProtectedResourceMiddleware,
+    VerifiedToken,
 )
 
 from .conftest import MiddlewareFactory
@@ -237,3 +238,33 @@ async def test_through_the_sdk_an_unreachable_authorization_server_is_a_401_not_
             response = await tool_call(http, auth_server.mint())
     assert response.status_code == 401  # the SDK lets a verifier say only yes or no
     assert "cannot verify a token right now" in caplog.text
+
+
+class Raising:
+    """An mcpauth verifier that cannot decide: it raises what it is given."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def verify_token(self, token: str) -> VerifiedToken:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TemporarilyUnavailable("keys unavailable"),
+        ServerError("the introspection endpoint refused this resource server"),
+        FetchError("https://as.internal.example/jwks answered 502"),
+        InvalidToken("The access token has expired"),
+    ],
+    ids=["503", "500", "fetch error", "invalid"],
+)
+async def test_for_sdk_answers_no_instead_of_raising_into_the_sdk(
+    error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await ForSDK(Raising(error)).verify_token("t") is None
+    if isinstance(error, InvalidToken):
+        assert "cannot verify" not in caplog.text  # a refused token is no incident
+    else:
+        assert "cannot verify a token right now: " + str(error) in caplog.text

@@ -9,6 +9,7 @@ import pytest
 from freezegun import freeze_time
 
 from mcpauth.errors import (
+    ConfigurationError,
     FetchError,
     InvalidToken,
     OAuthError,
@@ -370,3 +371,30 @@ async def test_a_failed_key_fetch_is_logged_as_the_one_fetch_error_and_answered_
     assert "names issuer 'https://evil.example.com'" in cause.message
     assert cause.message in caplog.text
     assert "example.com" not in caught.value.description
+
+
+async def test_a_fetch_error_from_a_verifier_of_your_own_is_a_plain_503_not_a_500(
+    protect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class FetchesItsOwnKeys:
+        async def verify_token(self, token: str) -> VerifiedToken:
+            raise FetchError("https://keys.internal.example/jwks answered 502")
+
+    async with client_for(protect(verifier=FetchesItsOwnKeys())) as client:
+        response = await client.get("/mcp", headers=bearer("t"))
+    assert response.status_code == 503
+    assert response.json()["error"] == "temporarily_unavailable"
+    assert "internal" not in response.text  # the URL is logged, never sent
+    assert "https://keys.internal.example/jwks answered 502" in caplog.text
+    assert "www-authenticate" not in response.headers  # a 503 is no challenge (RFC 6750 §3)
+
+
+def test_an_introspection_endpoint_that_is_not_https_is_refused_at_construction() -> None:
+    client_id, secret = INTROSPECTION_CLIENT
+    options: dict[str, Any] = {"resource": RESOURCE, "client_id": client_id}
+    with pytest.raises(ConfigurationError, match="https is required"):
+        IntrospectionVerifier(client_secret=secret, endpoint="http://as.example.com/i", **options)
+    loopback = IntrospectionVerifier(
+        client_secret=secret, endpoint="http://127.0.0.1:9000/introspect", **options
+    )
+    assert loopback.endpoint == "http://127.0.0.1:9000/introspect"
