@@ -1,10 +1,11 @@
-"""The HTTP client a verifier reaches its authorization server with: the caller's own (the
-caller closes it), or one this side creates on first use and closes in ``aclose()``; a
-verifier that never fetches anything never creates one. :class:`AsyncClosing` gives each
-owner of such a client ``async with``."""
+"""The HTTP client a verifier reaches its authorization server with (or the proxy its
+upstream): the caller's own (the caller closes it), or one this side creates on first use and
+closes in ``aclose()``; what never fetches anything never creates one. :class:`AsyncClosing`
+gives each owner of such a client ``async with``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -13,12 +14,22 @@ import httpx
 DEFAULT_TIMEOUT = httpx.Timeout(5.0)
 
 
-class LazyClient:
-    """``given`` when there is one; else an ``httpx.AsyncClient`` made by the first
-    :meth:`get` and closed by :meth:`aclose` (a later :meth:`get` makes a new one)."""
+def _default_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
 
-    def __init__(self, given: httpx.AsyncClient | None = None) -> None:
+
+class LazyClient:
+    """``given`` when there is one; else an ``httpx.AsyncClient`` made by ``factory`` on the
+    first :meth:`get` and closed by :meth:`aclose` (a later :meth:`get` makes a new one)."""
+
+    def __init__(
+        self,
+        given: httpx.AsyncClient | None = None,
+        *,
+        factory: Callable[[], httpx.AsyncClient] = _default_client,
+    ) -> None:
         self._given = given
+        self._factory = factory
         self._own: httpx.AsyncClient | None = None
 
     @property
@@ -31,7 +42,7 @@ class LazyClient:
         if self._given is not None:
             return self._given
         if self._own is None:
-            self._own = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            self._own = self._factory()
         return self._own
 
     async def aclose(self) -> None:

@@ -1,7 +1,8 @@
-"""The middleware and the verifiers open an HTTP client only to fetch something, and close what
-they opened: at lifespan shutdown, in ``aclose()`` or on leaving ``async with``. A client they
-were given stays open for its owner. Warnings are errors here, ResourceWarning included, so an
-unclosed socket or transport found by the garbage collector fails the test."""
+"""The middleware, the verifiers and the upstream proxy open an HTTP client only to fetch or
+forward something, and close what they opened: at lifespan shutdown, in ``aclose()`` or on
+leaving ``async with``. A client they were given stays open for its owner. Warnings are errors
+here, ResourceWarning included, so an unclosed socket or transport found by the garbage
+collector fails the test."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mcpauth.middleware import (
     IntrospectionVerifier,
     JWTVerifier,
     ProtectedResourceMiddleware,
+    UpstreamProxy,
     VerifiedToken,
 )
 
@@ -194,4 +196,43 @@ async def test_an_introspection_verifier_closes_only_the_client_it_created(
         async with IntrospectionVerifier(client_secret=secret, http=mine, **options) as verifier:
             await verifier.verify_token("opaque")
         assert not mine.is_closed
+    gc.collect()
+
+
+def test_the_proxy_stack_closes_both_clients_it_opened_when_the_server_stops(
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+) -> None:
+    """``mcpauth proxy``'s stack: the verifier's client (keys) and the proxy's (upstream)."""
+    server, issuer = authorization_server
+    with serve(mcp_app()) as upstream:
+        proxy = UpstreamProxy(f"http://{upstream}/mcp", path="/mcp")
+        app = ProtectedResourceMiddleware(proxy, resource=RESOURCE, authorization_servers=[issuer])
+        with serve(app, lifespan="on") as address, httpx.Client() as http:
+            assert http.get(f"http://{address}/mcp").status_code == 401
+            assert created == []  # a refused request forwards and fetches nothing
+            response = http.get(f"http://{address}/mcp", headers=bearer(server.mint()))
+            assert (response.status_code, response.text) == (200, "ok")
+            assert len(created) == 2
+            assert not any(client.is_closed for client in created)
+        assert all(client.is_closed for client in created)
+    gc.collect()
+
+
+@pytest.mark.anyio
+async def test_a_client_given_to_the_proxy_stays_open_for_its_owner(
+    created: list[httpx.AsyncClient],
+) -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(mcp_app())) as mine:
+        proxy = UpstreamProxy("http://upstream.internal/mcp", path="/mcp", client=mine)
+        async with proxy:
+            transport = httpx.ASGITransport(proxy)
+            async with httpx.AsyncClient(transport=transport, base_url="http://p") as caller:
+                assert (await caller.get("/mcp")).text == "ok"
+        assert not mine.is_closed
+        assert [client for client in created if client not in (mine, caller)] == []
+
+    opened = len(created)
+    async with UpstreamProxy("http://upstream.internal/mcp", path="/mcp"):
+        pass
+    assert len(created) == opened  # never forwarded, never opened
     gc.collect()
