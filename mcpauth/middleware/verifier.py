@@ -34,7 +34,7 @@ import typing
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import httpx
 import jwt as pyjwt
@@ -142,6 +142,18 @@ def require_token_verifier(verifier: Any, where: str) -> TokenVerifier:
     return checked
 
 
+class KeyCacheOptions(TypedDict, total=False):
+    """The keywords of :class:`~mcpauth.middleware.JWKSCache` a :class:`JWTVerifier` passes on
+    (their defaults are the cache's)."""
+
+    min_refresh_interval: float
+    default_cache_seconds: float
+    max_cache_seconds: float
+    failure_backoff: float
+    max_failure_backoff: float
+    clock: Callable[[], float] | None
+
+
 def parse_scope(value: Any) -> tuple[str, ...]:
     """Scopes from an RFC 9068 ``scope`` string (or a list, as some servers send).
 
@@ -164,8 +176,9 @@ class JWTVerifier(AsyncClosing):
     to turn that off (RFC 8707 §2). Keys come only from the issuer's JWKS (docs/security.md
     T15), at ``jwks_uri`` or where the issuer's metadata says; the algorithm comes from the key.
     ``http`` is yours to close; without it the verifier creates a client on its first fetch and
-    closes it in :meth:`aclose` (or ``async with``). The other keywords tune the key cache
-    (:class:`~mcpauth.middleware.JWKSCache`, kept as :attr:`keys`).
+    closes it in :meth:`aclose` (or ``async with``). ``key_cache`` keywords
+    (:class:`KeyCacheOptions`) tune the key cache (:class:`~mcpauth.middleware.JWKSCache`, kept
+    as :attr:`keys`).
 
     Deprecated: ``resource=`` (use ``audience``) and ``keys=JWKSCache(...)`` (use ``jwks_uri``
     and ``http``); both still work and warn.
@@ -181,14 +194,9 @@ class JWTVerifier(AsyncClosing):
         typ: Iterable[str] | None = jwt.ACCESS_TOKEN_TYPES,
         leeway: float = 30.0,
         required_claims: Sequence[str] = DEFAULT_REQUIRED_CLAIMS,
-        min_refresh_interval: float = 30.0,
-        default_cache_seconds: float = 300.0,
-        max_cache_seconds: float = 86400.0,
-        failure_backoff: float = 1.0,
-        max_failure_backoff: float = 60.0,
-        clock: Callable[[], float] | None = None,
         resource: str | None = None,
         keys: JWKSCache | None = None,
+        **key_cache: Unpack[KeyCacheOptions],
     ) -> None:
         if resource is not None:
             warnings.warn(
@@ -214,21 +222,14 @@ class JWTVerifier(AsyncClosing):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            if jwks_uri is not None or http is not None:
-                raise TypeError("JWTVerifier takes jwks_uri and http, or the deprecated keys")
+            if jwks_uri is not None or http is not None or key_cache:
+                raise TypeError(
+                    "JWTVerifier takes jwks_uri, http and the key cache options, "
+                    "or the deprecated keys"
+                )
             self.keys = keys
         else:
-            self.keys = JWKSCache(
-                issuer,
-                http=http,
-                jwks_uri=jwks_uri,
-                min_refresh_interval=min_refresh_interval,
-                default_cache_seconds=default_cache_seconds,
-                max_cache_seconds=max_cache_seconds,
-                failure_backoff=failure_backoff,
-                max_failure_backoff=max_failure_backoff,
-                clock=clock,
-            )
+            self.keys = JWKSCache(issuer, http=http, jwks_uri=jwks_uri, **key_cache)
 
     @property
     def resource(self) -> str:

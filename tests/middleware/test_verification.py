@@ -350,8 +350,21 @@ def test_the_verifier_refuses_contradictory_or_missing_audiences_and_key_sources
         JWTVerifier(ISSUER)
     with pytest.raises(TypeError, match="audience or the deprecated resource, not both"):
         JWTVerifier(ISSUER, RESOURCE, resource=OTHER_RESOURCE)
-    with pytest.raises(TypeError, match="jwks_uri and http, or the deprecated keys"):
+    contradictory = "jwks_uri, http and the key cache options, or the deprecated keys"
+    with pytest.raises(TypeError, match=contradictory):
         JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", keys=JWKSCache(ISSUER))
+    with pytest.raises(TypeError, match=contradictory):  # the options would be ignored
+        JWTVerifier(ISSUER, RESOURCE, keys=JWKSCache(ISSUER), failure_backoff=5.0)
+
+
+def test_the_key_cache_options_reach_the_key_cache_with_its_own_defaults() -> None:
+    tuned = JWTVerifier(ISSUER, RESOURCE, min_refresh_interval=5.0, max_cache_seconds=60.0)
+    assert (tuned.keys.min_refresh_interval, tuned.keys.max_cache_seconds) == (5.0, 60.0)
+    defaults, cache = JWTVerifier(ISSUER, RESOURCE).keys, JWKSCache(ISSUER)
+    assert (defaults.min_refresh_interval, defaults.default_cache_seconds) == (
+        cache.min_refresh_interval,
+        cache.default_cache_seconds,
+    )
 
 
 async def test_a_failed_key_fetch_is_logged_as_the_one_fetch_error_and_answered_plainly(
