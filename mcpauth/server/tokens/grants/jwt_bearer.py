@@ -60,7 +60,9 @@ def _check_claims(
     ctx: ServerContext, claims: dict[str, Any], client: Client, form: dict[str, str]
 ) -> str:
     aud = claims["aud"]
-    audiences = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+    # RFC 7519 §4.1.3: a string or an array of strings; any other member names nobody
+    listed = aud if isinstance(aud, list) else [aud]
+    audiences = {value for value in listed if isinstance(value, str)}
     if ctx.settings.issuer not in audiences:
         raise InvalidGrant("The assertion's aud must be this authorization server's issuer")
     if claims["client_id"] != client.client_id:
