@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -180,10 +181,12 @@ def cmd_db(args: argparse.Namespace) -> int:
         from mcpauth.server.storage.prune import prune, table_rows
 
         ctx = _admin(args)
+        started = time.monotonic()
         counts = prune(ctx.db, ctx.settings, ctx.now())
+        seconds = round(time.monotonic() - started, 3)
         rows = table_rows(ctx.db)
         ctx.db.dispose()
-        _print({"pruned": counts, "skipped": counts is None, "rows": rows})
+        _print({"pruned": counts, "skipped": counts is None, "seconds": seconds, "rows": rows})
         return 0
     engine = make_engine(_settings(args).database_url)
     migrate.upgrade(engine)

@@ -1,6 +1,7 @@
 """Expiry of short-lived state: for each table, which rows are dead, deleted in small batches
-(short transactions: never a long lock) by one pruner at a time (a PostgreSQL advisory lock;
-every batch is idempotent anyway, so replicas that race do no double work).
+(each found in key order by a read, then deleted by key in a short transaction: never a long
+lock) by one pruner at a time (a PostgreSQL advisory lock; every batch is idempotent anyway, so
+replicas that race do no double work).
 
 What is dead:
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -185,22 +187,45 @@ RULES = (
 )
 
 
-def _delete_batch(conn: Connection, rule: Rule, settings: Settings, now: int) -> int:
+Key = tuple[Any, ...]
+
+
+def _dead_keys(
+    db: Database, rule: Rule, settings: Settings, now: int, after: Key | None
+) -> list[Key]:
+    """The next batch of dead rows' keys after ``after``, in key order, read without the write
+    lock: the search (a scan where the rule has no index) never blocks a writer, and each run
+    passes over a table once, however many live rows come before the dead ones."""
     keys = list(rule.table.primary_key.columns)
-    chosen = select(*keys).where(rule.dead(settings, now)).limit(BATCH)
-    target = keys[0] if len(keys) == 1 else tuple_(*keys)
-    result = conn.execute(delete(rule.table).where(target.in_(chosen)))
+    key = keys[0] if len(keys) == 1 else tuple_(*keys)
+    query = select(*keys).where(rule.dead(settings, now))
+    if after is not None:
+        query = query.where(key > (after[0] if len(keys) == 1 else tuple_(*after)))
+    with db.read() as session:
+        rows = session.connection().execute(query.order_by(*keys).limit(BATCH))
+        return [tuple(row) for row in rows]
+
+
+def _delete_batch(db: Database, rule: Rule, settings: Settings, now: int, found: list[Key]) -> int:
+    """Delete the rows of ``found`` that are still dead (a short write: by key, the rule checked
+    again, so a row that came back to life in between stays and no row is counted twice)."""
+    keys = list(rule.table.primary_key.columns)
+    chosen = keys[0].in_([k[0] for k in found]) if len(keys) == 1 else tuple_(*keys).in_(found)
+    with db.transaction() as conn:
+        result = conn.execute(delete(rule.table).where(chosen, rule.dead(settings, now)))
     return int(result.rowcount or 0)
 
 
 def _prune_table(db: Database, rule: Rule, settings: Settings, now: int) -> int:
-    total = 0
+    total, after = 0, None
     for _ in range(MAX_BATCHES):
-        with db.transaction() as conn:
-            deleted = _delete_batch(conn, rule, settings, now)
-        total += deleted
-        if deleted < BATCH:
+        found = _dead_keys(db, rule, settings, now, after)
+        if not found:
             break
+        total += _delete_batch(db, rule, settings, now, found)
+        if len(found) < BATCH:
+            break
+        after = found[-1]
     return total
 
 
