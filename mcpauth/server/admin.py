@@ -16,7 +16,7 @@ from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.identity.passwords import hash_password
-from mcpauth.server.storage import grant_store, lookups, migrate
+from mcpauth.server.storage import grant_store, identities, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
     BrowserSessionRecord,
@@ -81,6 +81,7 @@ def remove_user(ctx: ServerContext, username: str) -> None:
         session.exec(delete(Consent).where(Consent.user_id == user.id))  # type: ignore[arg-type]
         # her browser sessions end with her
         session.exec(delete(BrowserSessionRecord).where(BrowserSessionRecord.user_id == user.id))  # type: ignore[arg-type]
+        identities.forget_user(session, user.id)  # a new sign-in provisions a new account
         session.delete(user)
 
 

@@ -30,6 +30,12 @@ def local_username(issuer: str, subject: str) -> str:
     return username
 
 
+def has_password(password_hash: str) -> bool:
+    """Whether an account can sign in with a password (an argon2 hash, not the ``!`` of
+    accounts that sign in only through their identity provider)."""
+    return password_hash.startswith("$argon2")
+
+
 def add_login(session: Session, login: UpstreamLogin) -> None:
     """Store a pending upstream sign-in; an earlier one of the same browser for the same
     authorization request (or the account page) ends, so one browser holds at most one per
@@ -95,7 +101,7 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
         same_name = session.execute(
             select(_USERS.c.id, _USERS.c.password_hash).where(_USERS.c.username == username)
         ).first()
-        if same_name is not None and same_name.password_hash != NO_PASSWORD:
+        if same_name is not None and has_password(same_name.password_hash):
             raise AccountConflict(username)
         if same_name is None:
             user_id = new_id()
