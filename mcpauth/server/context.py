@@ -90,5 +90,6 @@ def build_context(
             settings.upstream,
             key=derive_key(secret, f"mcpauth upstream sign-in {settings.issuer}"),
             timeout=settings.upstream_timeout,
+            clock=clock,
         ),
     )

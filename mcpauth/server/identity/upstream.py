@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import logging
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from joserfc.jwk import KeySet
 
-from mcpauth.caching import ExpiringCache
+from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity.id_tokens import (
     IDTokenError,
@@ -87,6 +87,11 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(response.status_code, headers=headers, content=body, request=request)
 
     async def _read(self, response: httpx2.Response) -> bytes:
+        if not isinstance(response.stream, httpx2.AsyncByteStream) or hasattr(response, "_content"):
+            body = response.content  # already in memory (a stand-in transport's response)
+            if len(body) > self.max_bytes:
+                raise _ResponseTooLarge("response too large")
+            return body
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             raise _ResponseTooLarge("response too large")
@@ -212,16 +217,18 @@ class UpstreamProviders:
         timeout: float,
         environ: Mapping[str, str] | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = wall_clock,
     ) -> None:
         self._providers = {config.id: Provider(config, environ) for config in configured}
         self._key = key
         self.timeout = timeout
         self.transport = transport  # tests put a stand-in for the network here
+        entries = max(16, len(configured))
         self._metadata: ExpiringCache[str, ProviderMetadata] = ExpiringCache(
-            METADATA_SECONDS, max_entries=max(16, len(configured)), keep_stale=True
+            METADATA_SECONDS, max_entries=entries, clock=clock, keep_stale=True
         )
         self._keys: ExpiringCache[str, KeySet] = ExpiringCache(
-            KEYS_SECONDS, max_entries=max(16, len(configured)), keep_stale=True
+            KEYS_SECONDS, max_entries=entries, clock=clock, keep_stale=True
         )
 
     def __iter__(self) -> Iterator[Provider]:
