@@ -87,11 +87,14 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(response.status_code, headers=headers, content=body, request=request)
 
     async def _read(self, response: httpx2.Response) -> bytes:
-        if not isinstance(response.stream, httpx2.AsyncByteStream) or hasattr(response, "_content"):
-            body = response.content  # already in memory (a stand-in transport's response)
-            if len(body) > self.max_bytes:
+        try:
+            content = response.content  # already in memory (a stand-in transport's response)
+        except httpx2.ResponseNotRead:
+            pass
+        else:
+            if len(content) > self.max_bytes:
                 raise _ResponseTooLarge("response too large")
-            return body
+            return content
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             raise _ResponseTooLarge("response too large")
@@ -101,9 +104,12 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         inflate = zlib.decompressobj(47) if encoding in _ZLIB_ENCODINGS else None
         body = bytearray()
         async for chunk in response.aiter_raw():
-            if inflate is not None:
-                chunk = inflate.decompress(chunk, self.max_bytes + 1 - len(body))
-            body += chunk
+            # inflated no further than one byte past the cap: a small bomb stays small
+            body += inflate.decompress(chunk, self.max_bytes + 1 - len(body)) if inflate else chunk
+            if len(body) > self.max_bytes:
+                raise _ResponseTooLarge("response too large")
+        if inflate is not None:
+            body += inflate.flush()
             if len(body) > self.max_bytes:
                 raise _ResponseTooLarge("response too large")
         return bytes(body)
