@@ -18,6 +18,7 @@ from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.config import UpstreamProvider, load_settings
 from mcpauth.server.identity.upstream import CappedTransport
 
+from ..readme import readme_block
 from ..support import run_cli
 
 TOML = """
@@ -221,3 +222,22 @@ async def test_a_compressed_bomb_is_refused_after_the_cap() -> None:
         await fetch(Streamed([bomb]), {"content-encoding": "gzip"})
     with pytest.raises(httpx2.TransportError, match="content-encoding"):
         await fetch(Streamed([b"..."]), {"content-encoding": "br"})
+
+
+# --------------------------------------------------------------------------------------------
+# the README's examples
+
+
+@pytest.mark.parametrize(
+    "block",
+    [readme_block("upstream-config"), readme_block("upstream-google")],
+    ids=["upstream-config", "upstream-google"],
+)
+def test_the_readme_s_provider_examples_are_valid_settings(block: Any, tmp_path: Path) -> None:
+    path = tmp_path / "mcpauth.toml"
+    path.write_text(block.text)
+    settings = load_settings({"issuer": "https://auth.example.com"}, config_file=path, environ={})
+    (provider,) = settings.upstream
+    assert provider.auth_method == "client_secret_basic"
+    assert provider.allowed_email_domains == ("example.com",)
+    assert provider.required_claims

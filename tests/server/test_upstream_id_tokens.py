@@ -1,4 +1,4 @@
-"""ID tokens from an upstream OpenID provider (docs/security.md T34): one valid token is
+"""ID tokens from an upstream OpenID provider (docs/security.md T35): one valid token is
 accepted, and a table of hostile or broken ones, signed locally, is each refused with the rule
 it breaks."""
 

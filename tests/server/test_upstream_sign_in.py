@@ -3,7 +3,7 @@
 email, and every refusal at the upstream boundary — forged, replayed, expired or misdelivered
 callbacks, mix-up between providers, RFC 9207 ``iss``, upstream errors and cancellations, a
 provider that is down, slow, oversized or refuses the code, bad ID tokens, policy — a plain
-page with a way back, nothing stored, no account (docs/security.md T34-T37)."""
+page with a way back, nothing stored, no account (docs/security.md T34-T36, T38)."""
 
 from __future__ import annotations
 

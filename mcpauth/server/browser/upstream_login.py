@@ -1,4 +1,4 @@
-"""Sign-in through an upstream OpenID provider, in the browser (docs/security.md T34-T37).
+"""Sign-in through an upstream OpenID provider, in the browser (docs/security.md T34-T36, T38).
 
 A provider's button on the sign-in page (or the account page) is a form POST, checked like
 every form (Origin, a CSRF token bound to the session and the page); it stores a pending
