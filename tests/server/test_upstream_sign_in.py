@@ -177,8 +177,13 @@ def counts(app: Starlette) -> dict[str, int]:
         }
 
 
-def refused(response: httpx.Response, status: int, words: str, back: str | None) -> None:
-    """A plain page (never a redirect), the words, and the way back to the sign-in page."""
+def refused(
+    response: httpx.Response, status: int, words: str, back: str | None, code: str | None = None
+) -> None:
+    """A plain page (never a redirect), the words, the way back to the sign-in page, and the
+    error code it shows for support."""
+    if code is not None:
+        assert f"<code>{code}</code>" in response.text
     assert response.status_code == status, response.text
     assert "location" not in response.headers
     assert response.headers["content-type"].startswith("text/html")
@@ -510,7 +515,11 @@ async def test_mix_up_a_response_for_one_provider_at_the_other_s_callback_is_ref
     interaction, url = await start(http, client_id, provider="other")
     params = other_idp.approve(url)
     refused(
-        await come_back(http, params, provider="idp"), 400, "another sign-in option", interaction
+        await come_back(http, params, provider="idp"),
+        400,
+        "another sign-in option",
+        interaction,
+        "invalid_request",
     )
     # the state was spent on the refusal: the response is no good anywhere now
     refused(await come_back(http, params, provider="other"), 400, "already used", interaction)
@@ -560,7 +569,7 @@ async def test_upstream_errors_and_cancellations_are_pages_in_plain_words(
     response = await come_back(
         http, {"error": error, "error_description": hostile, "state": state, "iss": idp.issuer}
     )
-    refused(response, 400, words, interaction)
+    refused(response, 400, words, interaction, "access_denied")
     assert "alert(1)" not in response.text
     assert "555" not in response.text
     assert counts(app) == {"users": 0, "upstream_identities": 0, "upstream_logins": 0}
@@ -634,7 +643,11 @@ async def test_a_provider_that_hangs_is_given_up_on_at_the_deadline(
         )
         interaction, url = await start(browser, registered.json()["client_id"])
         refused(
-            await come_back(browser, idp.approve(url)), 504, "did not answer in time", interaction
+            await come_back(browser, idp.approve(url)),
+            504,
+            "did not answer in time",
+            interaction,
+            "temporarily_unavailable",
         )
     assert counts(app)["users"] == 0
 

@@ -59,6 +59,7 @@ class Refusal:
     status: int
     title: str
     message: str
+    error: str = "access_denied"  # the code the page shows (for support)
 
 
 def callback_url(ctx: ServerContext, provider: Provider) -> str:
@@ -76,7 +77,7 @@ def _back(ctx: ServerContext, target: str | None) -> str | None:
 def _refusal_page(ctx: ServerContext, refusal: Refusal, target: str | None) -> Response:
     back = _back(ctx, target)
     return error_page(
-        "access_denied",
+        refusal.error,
         refusal.message
         + ("" if back else " Go back to the application you came from and start again."),
         refusal.status,
@@ -106,6 +107,7 @@ def _unavailable(provider: Provider, reason: str) -> Refusal:
         if slow
         else f"Signing in with {provider.name} is not possible right now. Try again in a "
         "moment, or sign in another way.",
+        error="temporarily_unavailable",
     )
 
 
@@ -243,6 +245,7 @@ def _check_response(
             "This sign-in was refused",
             "The answer came back for another sign-in option than the one you chose, so it "
             "was refused.",
+            error="invalid_request",
         )
     if not matches(browser.sid, login.session_digest):
         return Refusal(
@@ -251,6 +254,7 @@ def _check_response(
             "This sign-in was refused",
             "This sign-in was started in another browser or another window that has since "
             "signed in or out.",
+            error="invalid_request",
         )
     iss = params.get("iss")
     if (iss is not None and iss != metadata.issuer) or (
@@ -261,6 +265,7 @@ def _check_response(
             400,
             "This sign-in was refused",
             f"The answer did not come from {provider.name}, so it was refused.",
+            error="invalid_request",
         )
     error = params.get("error")
     if error == "access_denied":
@@ -284,6 +289,7 @@ def _check_response(
             400,
             "This sign-in was refused",
             f"The answer from {provider.name} was incomplete, so you were not signed in.",
+            error="invalid_request",
         )
     return None
 
@@ -304,6 +310,7 @@ def _finish(
                 400,
                 "This page has expired",
                 "This sign-in request has expired or was already used.",
+                error="invalid_request",
             )
     try:
         with ctx.db.write() as session:
@@ -364,6 +371,7 @@ async def _callback(
             400,
             "This sign-in was refused",
             "This sign-in answer is not one this service asked for.",
+            error="invalid_request",
         )
     login = await run_blocking(_take_login, ctx, state)
     if login is None:
@@ -372,6 +380,7 @@ async def _callback(
             400,
             "This page has expired",
             "This sign-in has expired or was already used, so you were not signed in.",
+            error="invalid_request",
         )
     try:
         metadata = await ctx.upstream.metadata(provider)
