@@ -162,7 +162,8 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
             f"{base}/interaction/{{interaction_id}}/consent", interaction.consent, methods=["POST"]
         ),
         Route(
-            f"{base}/interaction/{{interaction_id}}/upstream/{{provider_id}}",
+            # ends in /login: counted with the password sign-in's rate limit
+            f"{base}/interaction/{{interaction_id}}/upstream/{{provider_id}}/login",
             upstream_login.start_for_interaction,
             methods=["POST"],
         ),
@@ -170,7 +171,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
             f"{base}/upstream/{{provider_id}}/callback", upstream_login.callback, methods=["GET"]
         ),
         Route(
-            f"{base}/account/upstream/{{provider_id}}",
+            f"{base}/account/upstream/{{provider_id}}/login",
             upstream_login.start_for_account,
             methods=["POST"],
         ),

@@ -149,7 +149,7 @@ async def press(
     http: httpx.AsyncClient, page: httpx.Response, provider: str = "idp"
 ) -> httpx.Response:
     """Press a provider's button on a sign-in page."""
-    button = next(f for f in forms(page.text) if f.action.endswith(f"/upstream/{provider}"))
+    button = next(f for f in forms(page.text) if f.action.endswith(f"/upstream/{provider}/login"))
     return await http.post(urljoin(str(page.url), button.action), data=button.fields)
 
 
@@ -396,7 +396,7 @@ async def test_the_button_needs_its_csrf_token_and_this_site(
     app: Starlette, http: httpx.AsyncClient, client_id: str
 ) -> None:
     page = await sign_in_page(http, client_id)
-    action = str(page.url) + "/upstream/idp"
+    action = str(page.url) + "/upstream/idp/login"
     forged = await http.post(action, data={"csrf_token": "forged"})
     refused(forged, 403, "had expired", str(page.url))
     token = next(f for f in forms(page.text) if f.action == action).fields
@@ -406,11 +406,30 @@ async def test_the_button_needs_its_csrf_token_and_this_site(
     assert counts(app)["upstream_logins"] == 0
 
 
+async def test_pressing_a_provider_button_counts_with_the_sign_in_rate_limit(
+    make_app: Callable[..., Starlette],
+) -> None:
+    app = make_app(rate_limit_login=2)
+    async with await browser_for(app) as browser:
+        registered = await browser.post(
+            "/register",
+            json={
+                "client_name": "Test client",
+                "redirect_uris": ["http://127.0.0.1:5555/callback"],
+                "token_endpoint_auth_method": "none",
+            },
+        )
+        page = await sign_in_page(browser, registered.json()["client_id"])
+        pressed = [(await press(browser, page)).status_code for _ in range(3)]
+    assert pressed == [303, 303, 429]
+    assert counts(app)["upstream_logins"] == 1  # a new press replaces the pending sign-in
+
+
 async def test_unknown_providers_are_not_found(
     app: Starlette, http: httpx.AsyncClient, client_id: str
 ) -> None:
     page = await sign_in_page(http, client_id)
-    assert (await http.post(str(page.url) + "/upstream/nobody", data={})).status_code == 404
+    assert (await http.post(str(page.url) + "/upstream/nobody/login", data={})).status_code == 404
     assert (
         await come_back(http, {"code": "c", "state": "s"}, provider="nobody")
     ).status_code == 404
@@ -471,6 +490,8 @@ async def test_a_forged_state_is_refused(
         await come_back(http, {**params, "state": "garbage"}), 400, "not one this service", None
     )
     refused(await come_back(http, {"code": params["code"]}), 400, "not one this service", None)
+    twice = urlencode([("code", params["code"]), ("state", params["state"])] * 2)
+    refused(await http.get(f"/upstream/idp/callback?{twice}"), 400, "not one this service", None)
     assert counts(app)["users"] == 0
 
 

@@ -51,7 +51,7 @@ def provider_buttons(
     base = f"interaction/{target}/upstream" if target != "account" else "account/upstream"
     token = csrf_token(ctx, browser, upstream_purpose(target))
     return [
-        ProviderButton(provider.name, ctx.endpoint_url(f"{base}/{provider.id}"), token)
+        ProviderButton(provider.name, ctx.endpoint_url(f"{base}/{provider.id}/login"), token)
         for provider in ctx.upstream
     ]
 

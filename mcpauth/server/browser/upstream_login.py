@@ -48,6 +48,7 @@ from mcpauth.server.threads import run_blocking
 ACCOUNT = "account"  # the target of a sign-in started on the account page
 MAX_LOGIN_SECONDS = 600  # a pending upstream sign-in lives at most this long
 MAX_STATE_LENGTH = 200
+_RESPONSE_PARAMETERS = ("state", "code", "iss", "error")
 _STATE = re.compile(r"^(account|[0-9a-f]{32})\.[A-Za-z0-9_-]{43}$")
 
 
@@ -203,7 +204,7 @@ async def _start(
 
 
 async def start_for_interaction(request: Request) -> Response:
-    """POST /interaction/{interaction_id}/upstream/{provider_id}"""
+    """POST /interaction/{interaction_id}/upstream/{provider_id}/login"""
     ctx = get_context(request)
     browser = await load_session(ctx, request)
     interaction_id = request.path_params["interaction_id"]
@@ -213,7 +214,7 @@ async def start_for_interaction(request: Request) -> Response:
 
 
 async def start_for_account(request: Request) -> Response:
-    """POST /account/upstream/{provider_id}"""
+    """POST /account/upstream/{provider_id}/login"""
     ctx = get_context(request)
     browser = await load_session(ctx, request)
     return await _start(ctx, request, browser, request.path_params["provider_id"], ACCOUNT)
@@ -346,6 +347,8 @@ async def callback(request: Request) -> Response:
     if provider is None:
         return _unknown_provider()
     params = {k: v for k, v in request.query_params.items() if len(v) <= 4096}
+    if any(len(request.query_params.getlist(name)) > 1 for name in _RESPONSE_PARAMETERS):
+        params.pop("state", None)  # a parameter given twice (RFC 6749 §3.1): not ours
     state = params.get("state", "")
     target = _target_of(state) if len(state) <= MAX_STATE_LENGTH else None
     browser = await load_session(ctx, request)

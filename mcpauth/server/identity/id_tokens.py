@@ -14,7 +14,7 @@ from authlib.oidc.core import CodeIDToken
 from joserfc import jwt
 from joserfc.errors import ExpiredTokenError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
-from joserfc.jws import extract_compact
+from joserfc.jws import JWSRegistry, extract_compact
 
 # asymmetric signature algorithms only: an HMAC key would be the client secret, and a token
 # "signed" with a provider's public key as an HMAC secret must never verify
@@ -109,7 +109,10 @@ def validate_id_token(
     if header.get("alg") not in allowed:
         raise IDTokenError("algorithm_not_allowed")
     try:
-        decoded = jwt.decode(token, keys, algorithms=allowed)
+        # header members outside JWS's registry (a provider's own) are allowed, as Authlib
+        # allows them; `crit` is still honoured
+        registry = JWSRegistry(algorithms=allowed, strict_check_header=False)
+        decoded = jwt.decode(token, keys, registry=registry)
     except InvalidKeyIdError as exc:
         raise UnknownSigningKey("unknown_kid") from exc
     except JoseError as exc:

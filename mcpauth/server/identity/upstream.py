@@ -21,6 +21,7 @@ import anyio
 import httpx2
 from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
+from authlib.oauth2.client import OAuth2Client
 from joserfc.jwk import KeySet
 
 from mcpauth.caching import ExpiringCache, wall_clock
@@ -346,7 +347,8 @@ class UpstreamProviders:
     ) -> str:
         """Where to send the browser: an authorization code request with PKCE and a nonce."""
         extra = {"prompt": prompt} if prompt else {}
-        client = AsyncOAuth2Client(
+        client = OAuth2Client(  # Authlib's sans-I/O client: no connection is made here
+            None,
             client_id=provider.config.client_id,
             scope=" ".join(provider.config.scopes),
             code_challenge_method="S256",
