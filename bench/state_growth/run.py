@@ -7,7 +7,8 @@ and the cost of the rows-per-table metric. The peer of the 1 M figures is the 10
 the same engine in the same run; the peer of the figures under pruning is the same load on the
 same database just before.
 
-    .venv/bin/python bench/state_growth/run.py [--duration 5] [--rounds 2] [--rows 1000000]
+    .venv/bin/python bench/state_growth/run.py [--duration 4] [--rounds 2] [--rows 1000000]
+        [--dead 1000000] [--own-process-pruner] [--skip-prune] [--json FILE]
 
 Four databases (SQLite and PostgreSQL, 10 k and 1 M rows) are set up and filled once, each with
 its own `mcpauth serve` (the periodic pruner off); every round measures each of them in turn,
@@ -36,12 +37,14 @@ gives the rows each configuration ended with.
 Pruning: about 1 million dead rows are written into the 1 M database (``--dead``; expired
 interactions, expired codes, grants past ``refresh_token_ttl`` with their two refresh tokens,
 used assertions, revoked token ids, rate counters, throttle rows, self-registered clients
-never used), the exchange and refresh loads run once, then again while `mcpauth db prune` (a
-separate process on CPU 0, as a cron job or a replica's pruner would share the server's core)
-deletes them; its rows per second are its count over its own time (``"seconds"`` in its
-output: without the interpreter's start). "overlap" is the share of each load's run during
-which the pruner was still running. Then `mcpauth db prune` runs again with nothing to delete
-(the idle pass every ``prune_interval`` costs), and the metric's ``table_rows`` is timed.
+never used), the exchange and refresh loads run once, then again while the server's own pruner
+(what its periodic task runs, started by SIGUSR1 through a wrapper of `mcpauth serve`) deletes
+them; with ``--own-process-pruner`` the same again with a pruner in a process of its own on CPU
+0 (a cron job's `mcpauth db prune`, or another replica). Rows per second are the pruner's count
+over its own time (without an interpreter's start); "overlap" is the share of each load's run
+during which the pruner was still running. Then `mcpauth db prune` runs again with nothing to
+delete (the idle pass every ``prune_interval`` costs), and the metric's ``table_rows`` is
+timed.
 """
 
 from __future__ import annotations
@@ -527,11 +530,14 @@ def pruning_in_own_process(config: Config, args: argparse.Namespace) -> dict[str
 
 
 def prune_round(config: Config, args: argparse.Namespace) -> dict[str, Any]:
-    """For the pruner in `serve` and in a process of its own: dead rows written, both loads
-    without pruning, then while it deletes them. Then an idle pass and a timed table_rows."""
+    """For the pruner in `serve` (and with --own-process-pruner in a process of its own): dead
+    rows written, both loads without pruning, then while it deletes them. Then an idle pass and
+    a timed table_rows."""
     runs = {}
-    for where, prune_during in (("in serve", pruning_in_serve),
-                                ("own process", pruning_in_own_process)):  # fmt: skip
+    modes = [("in serve", pruning_in_serve)]
+    if args.own_process_pruner:
+        modes.append(("own process", pruning_in_own_process))
+    for where, prune_during in modes:
         fill = fill_dead(config.database, config.rows, args.dead)
         quiet = {k: load(config, k, args) for k in ("exchange", "refresh")}
         run = prune_during(config, args)
@@ -590,12 +596,17 @@ def configs(pg: PostgresServer, sizes: tuple[int, ...]) -> Iterator[list[Config]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=int, default=5, help="seconds per measured run")
+    parser.add_argument("--duration", type=int, default=4, help="seconds per measured run")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rows", type=int, default=1_000_000, help="the large size")
     parser.add_argument("--dead", type=int, default=1_000_000, help="dead rows to prune")
     parser.add_argument("--skip-prune", action="store_true")
+    parser.add_argument(
+        "--own-process-pruner",
+        action="store_true",
+        help="also prune from a process of its own (a cron job, another replica)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()
     common.require_tools("wrk", "taskset")

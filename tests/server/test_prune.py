@@ -490,3 +490,32 @@ def test_batches_page_through_keys_and_recheck_before_deleting(
         revived.expires_at = ctx.now() + 600
     assert pruning._delete_batch(ctx.db, rule, ctx.settings, ctx.now(), found) == 2
     assert count(app, Interaction) == 1
+
+
+def test_refresh_tokens_are_found_through_their_dead_grants(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refresh-token rule walks the dead grants (batch by batch) and reaches their tokens
+    through the grant_id index: every token of a dead grant goes, a live grant keeps its."""
+    monkeypatch.setattr(pruning, "BATCH", 10)
+    app = create_app(make_settings())
+    ctx = app.state.mcpauth
+    client = admin.add_client(ctx, name="ops", redirect_uris=["https://o.example/cb"])
+    now = ctx.now()
+
+    def grant(grant_id: str, revoked_at: int | None, tokens: int) -> None:
+        with ctx.db.write() as session:
+            session.add(Grant(id=grant_id, user_id="u", client_id=client["client_id"],
+                              resource="r", created_at=now, last_used_at=now,
+                              revoked_at=revoked_at))  # fmt: skip
+            for index in range(tokens):
+                session.add(RefreshToken(digest=f"{grant_id}-{index:02}", grant_id=grant_id,
+                                         client_id=client["client_id"], resource="r",
+                                         created_at=now, expires_at=now + 600))  # fmt: skip
+
+    grant("a-live", None, 12)
+    for index in range(25):
+        grant(f"b-dead-{index:02}", now - 1, 3 if index % 2 else 12)
+    assert run_pruner(app)["refresh_tokens"] == 13 * 12 + 12 * 3
+    assert count(app, RefreshToken) == 12
+    assert count(app, Grant) == 1
