@@ -50,8 +50,8 @@ class UpstreamProvider(BaseModel):
     """Short name in URLs: the redirect URI to register is `<issuer>/upstream/<id>/callback`."""
     name: str = Field(min_length=1, max_length=60)
     """The provider's name on its sign-in button ("Continue with" and this name)."""
-    issuer: str = Field(max_length=300)
-    """The provider's issuer URL; its OpenID configuration is read from
+    issuer: str = Field(max_length=120)
+    """The provider's issuer URL (at most 120 characters); its OpenID configuration is read from
     `<issuer>/.well-known/openid-configuration` and must name exactly this issuer."""
     client_id: str = Field(min_length=1, max_length=255)
     """mcpauth's client id at the provider."""

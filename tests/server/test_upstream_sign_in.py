@@ -21,8 +21,10 @@ from starlette.applications import Starlette
 
 from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.config import UpstreamProvider
+from mcpauth.server.storage import identities
 from mcpauth.server.storage.models import UpstreamIdentity, UpstreamLogin, User
 from mcpauth.server.storage.prune import prune
+from mcpauth.server.tokens.grants import jwt_bearer
 
 from ..conftest import ISSUER
 from ..oauth import authorization_params, follow, forms, pkce_pair, query
@@ -333,6 +335,13 @@ async def test_a_passwordless_account_of_the_same_subject_is_the_same_person(
             session.get(UpstreamIdentity, ("https://idp.example", "alice-0001")).user_id
             == "idjag-user"
         )
+
+
+@pytest.mark.parametrize("subject", ["alice-0001", "s" * 255])
+def test_an_upstream_subject_and_an_id_jag_subject_get_the_same_account_name(subject: str) -> None:
+    issuer = "https://login.example.com/" + "t" * 94  # the longest issuer settings allow
+    assert identities.local_username(issuer, subject) == jwt_bearer.local_username(issuer, subject)
+    assert len(identities.local_username(issuer, subject)) <= 200
 
 
 async def test_a_local_account_with_a_password_holding_the_name_is_not_linked(

@@ -4,13 +4,12 @@ exactly once by a conditional DELETE whose row count says who won."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from sqlalchemy import CursorResult, Table, delete, func, select
 from sqlmodel import Session
 
-from mcpauth.server.crypto import new_id
+from mcpauth.server.crypto import digest, new_id
 from mcpauth.server.storage.models import UpstreamIdentity, UpstreamLogin, User
 
 _LOGINS: Table = UpstreamLogin.__table__  # type: ignore[attr-defined]
@@ -23,10 +22,11 @@ NO_PASSWORD = "!"  # an account that signs in only through its identity provider
 def local_username(issuer: str, subject: str) -> str:
     """The username of the account standing for (issuer, subject): ``issuer#subject``, or
     ``issuer#sha256:<digest>`` when that would not fit users.username (the same name the
-    jwt-bearer grant gives an ID-JAG's subject, so both reach one account)."""
+    jwt-bearer grant gives an ID-JAG's subject, so both reach one account). A provider's issuer
+    has at most 120 characters (settings), so the second form always fits."""
     username = f"{issuer}#{subject}"
     if len(username) > MAX_USERNAME:
-        username = f"{issuer}#sha256:{hashlib.sha256(subject.encode()).hexdigest()}"
+        username = f"{issuer}#sha256:{digest(subject)}"
     return username
 
 
@@ -51,13 +51,13 @@ def add_login(session: Session, login: UpstreamLogin) -> None:
     session.add(login)
 
 
-def take_login(session: Session, digest: str, now: int) -> UpstreamLogin | None:
-    """The live pending sign-in stored under ``digest``, deleted as it is read: only one
+def take_login(session: Session, state_digest: str, now: int) -> UpstreamLogin | None:
+    """The live pending sign-in stored under ``state_digest``, deleted as it is read: only one
     caller (thread or replica) gets it; an expired one is deleted and not returned."""
-    row = session.execute(select(_LOGINS).where(_LOGINS.c.digest == digest)).first()
+    row = session.execute(select(_LOGINS).where(_LOGINS.c.digest == state_digest)).first()
     if row is None:
         return None
-    result = session.execute(delete(_LOGINS).where(_LOGINS.c.digest == digest))
+    result = session.execute(delete(_LOGINS).where(_LOGINS.c.digest == state_digest))
     won = isinstance(result, CursorResult) and result.rowcount == 1
     if not won or row.expires_at <= now:
         return None
