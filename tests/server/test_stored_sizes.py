@@ -116,18 +116,6 @@ CEILINGS: dict[str, int | str] = {
     "throttles.key": len("client-at:") + 32 + 1 + limits.MAX_ADDRESS_LENGTH,
     "revoked_access_tokens.jti": "server",  # only of tokens this server signed
     "used_assertions.key": "digest",
-    # upstream sign-in: the provider's issuer and id come from the operator's configuration;
-    # the ID token's claims are checked before they are stored (identity.id_tokens, accounts)
-    "upstream_identities.issuer": "operator",
-    "upstream_identities.subject": 255,  # identity.id_tokens.MAX_SUBJECT_LENGTH
-    "upstream_identities.user_id": "server",
-    "upstream_identities.provider_id": "operator",
-    "upstream_identities.email": 320,  # identity.accounts.MAX_EMAIL
-    "upstream_identities.name": 200,  # identity.accounts.MAX_NAME
-    "upstream_logins.digest": "digest",
-    "upstream_logins.provider_id": "operator",
-    "upstream_logins.interaction_id": "server",
-    "upstream_logins.session_digest": "digest",
     "rate_counters.key": "operator",  # rate:<issuer path>/<route>:ip:<address_in_key>
     # sign-in through upstream OpenID providers (the provider's values are the operator's)
     "upstream_identities.issuer": "operator",
