@@ -154,8 +154,9 @@ def test_idps_list_shows_what_to_register_and_never_the_secret(tmp_path: Path) -
 def test_idps_list_check_reports_an_unreachable_provider(
     make_settings: Callable[..., Settings],
 ) -> None:
-    settings = make_settings(upstream=[UpstreamProvider(**BASE)])
-    ctx = admin.open_context(settings)
+    # its secret's variable is not set here: listing and checking need no secret
+    provider = UpstreamProvider(**BASE, client_secret_env="MCPAUTH_TEST_UNSET_SECRET")
+    ctx = admin.open_context(make_settings(upstream=[provider]))
 
     async def down(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ConnectError("refused", request=request)
@@ -163,6 +164,7 @@ def test_idps_list_check_reports_an_unreachable_provider(
     ctx.upstream.transport = httpx2.MockTransport(down)
     (row,) = admin.list_upstream(ctx, check=True)
     assert row["reachable"] == "no: unreachable"
+    assert row["client_secret_readable"] is False
     ctx.db.dispose()
 
 

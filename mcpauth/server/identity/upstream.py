@@ -263,11 +263,13 @@ class UpstreamProviders:
     def nonce(self, state: str) -> str:
         return _b64(hmac.new(self._key, f"nonce {state}".encode(), hashlib.sha256).digest())
 
-    def _client(self, provider: Provider) -> AsyncOAuth2Client:
+    def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
+        """Authlib's client for one exchange with ``provider`` (its secret only when
+        ``authenticated``: the token endpoint)."""
         inner = self.transport or httpx2.AsyncHTTPTransport(retries=0)
         return AsyncOAuth2Client(
             client_id=provider.config.client_id,
-            client_secret=provider.secret(),
+            client_secret=provider.secret() if authenticated else None,
             token_endpoint_auth_method=provider.config.auth_method,
             scope=" ".join(provider.config.scopes),
             code_challenge_method="S256",
@@ -416,7 +418,7 @@ class UpstreamProviders:
         state: str,
         redirect_uri: str,
     ) -> dict[str, Any]:
-        async with self._client(provider) as client:
+        async with self._client(provider, authenticated=True) as client:
             try:
                 token = await client.fetch_token(
                     metadata.token_endpoint,
