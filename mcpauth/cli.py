@@ -165,6 +165,13 @@ def cmd_clients(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_idps(args: argparse.Namespace) -> int:
+    from mcpauth.server import admin
+
+    _print(admin.list_upstream(_admin(args), check=args.check))
+    return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     from mcpauth.server import admin
 
@@ -244,6 +251,13 @@ def _add_admin(sub: Any) -> None:
     clients.add_parser("list", help="list clients")
     clients.add_parser("remove", help="remove a client").add_argument("client_id")
 
+    idps = sub.add_parser(
+        "idps",
+        help="upstream identity providers (configured in settings: [[mcpauth.upstream]])",
+    ).add_subparsers(dest="action", required=True)
+    p = idps.add_parser("list", help="list the providers people sign in with")
+    p.add_argument("--check", action="store_true", help="fetch each one's OpenID configuration")
+
     keys = sub.add_parser("keys", help="signing keys").add_subparsers(dest="action", required=True)
     keys.add_parser("list", help="list signing keys")
     keys.add_parser("rotate", help="publish a new signing key")
@@ -256,6 +270,7 @@ def _add_admin(sub: Any) -> None:
         ("users", cmd_users),
         ("resources", cmd_resources),
         ("clients", cmd_clients),
+        ("idps", cmd_idps),
         ("keys", cmd_keys),
         ("db", cmd_db),
     ):

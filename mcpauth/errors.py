@@ -2,6 +2,7 @@
 
     MCPAuthError
     ├── ConfigurationError            bad settings, refused at start-up
+    ├── FetchError                    a remote document could not be fetched (not sent as is)
     └── OAuthError                    carries an RFC error code, an HTTP status and a description
         ├── InvalidRequest            RFC 6749 §4.1.2.1 / §5.2
         │   └── PayloadTooLarge       413: a body past the limit, refused unread
@@ -62,6 +63,17 @@ class MCPAuthError(Exception):
 
 class ConfigurationError(MCPAuthError):
     """A setting is missing or invalid."""
+
+
+class FetchError(MCPAuthError):
+    """A remote document (authorization server metadata, a JWKS, a client metadata document)
+    could not be fetched, or its response was refused. ``message`` says which rule and may name
+    the URL: it is for logs and for whoever configured that URL. Each part decides what its own
+    caller is told (the middleware answers 503 without it, the server ``invalid_client``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class OAuthError(MCPAuthError):
@@ -153,6 +165,19 @@ class InvalidToken(OAuthError):
 class InsufficientScope(OAuthError):
     error = "insufficient_scope"
     status_code = 403
+
+
+class InvalidDPoPProof(OAuthError):
+    """A DPoP proof failed a check of RFC 9449 §4.3 (400 at the token endpoint; a resource
+    server answers 401 with a DPoP challenge)."""
+
+    error = "invalid_dpop_proof"
+
+
+class UseDPoPNonce(OAuthError):
+    """The server requires a nonce it issued in ``DPoP-Nonce`` (RFC 9449 §8, §9)."""
+
+    error = "use_dpop_nonce"
 
 
 class TooManyRequests(OAuthError):

@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Run the official MCP conformance client suites against mcpauth's client helper.
 #
-# Installs Node 22 into .node22/ and @modelcontextprotocol/conformance into .conformance/ when they
-# are missing (the suite needs Node >= 22), then runs the suites below against
-# `python -m mcpauth.client.conformance`. Exits non-zero on any failure or warning.
-# Usage: scripts/conformance-client.sh [SUITE...]      (CI=true friendly, never reads stdin)
+# Installs Node 22 into .node22/ and @modelcontextprotocol/conformance into .conformance/ (the
+# released line, CONFORMANCE_VERSION) and .conformance-alpha/ (the newest release, NEXT_VERSION)
+# when they are missing, then runs against `python -m mcpauth.client.conformance`:
+#   - the released line's suites below (SUITE... overrides them);
+#   - the newest release's `auth` suite, and every auth/* scenario of the 2026-07-28
+#     requirement set plus the auth extensions (`--requirements 2026-07-28`), each of which must
+#     pass except NOT_YET below. The set's other scenarios (tools_call, request state, custom
+#     headers, JSON Schema) test the MCP SDK's general client, not authorization: they are
+#     reported in the results, not gated.
+# Exits non-zero on any failure or warning. (CI=true friendly, never reads stdin)
+# Usage: scripts/conformance-client.sh [SUITE...]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 CONFORMANCE_VERSION="0.1.16"
+NEXT_VERSION="0.2.0-alpha.12"
+REQUIREMENTS="2026-07-28"
+# auth scenarios of the newest release that need what is not built yet: sender-constrained
+# tokens (DPoP, RFC 9449) and workload identity federation. Each is still run and reported.
+NOT_YET=("auth/dpop" "auth/dpop-nonce" "auth/wif-jwt-bearer")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 RESULTS="${RESULTS:-$ROOT/results/conformance-client}"
 SUITES=("$@")
@@ -23,13 +35,19 @@ if [ ! -x .node22/node_modules/.bin/node ]; then
 fi
 export PATH="$ROOT/.node22/node_modules/.bin:$PATH"
 
+install_suite() {  # install_suite DIR VERSION
+    local installed
+    installed="$(node -p "require('$ROOT/$1/node_modules/@modelcontextprotocol/conformance/package.json').version" 2>/dev/null || true)"
+    if [ "$installed" != "$2" ]; then
+        log "installing @modelcontextprotocol/conformance@$2 into $1/"
+        npm install --prefix "$1" --no-audit --no-fund --loglevel=error \
+            "@modelcontextprotocol/conformance@$2" >/dev/null </dev/null
+    fi
+}
+install_suite .conformance "$CONFORMANCE_VERSION"
+install_suite .conformance-alpha "$NEXT_VERSION"
 CONFORMANCE="$ROOT/.conformance/node_modules/.bin/conformance"
-installed="$(node -p "require('$ROOT/.conformance/node_modules/@modelcontextprotocol/conformance/package.json').version" 2>/dev/null || true)"
-if [ "$installed" != "$CONFORMANCE_VERSION" ]; then
-    log "installing @modelcontextprotocol/conformance@$CONFORMANCE_VERSION into .conformance/"
-    npm install --prefix .conformance --no-audit --no-fund --loglevel=error \
-        "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" >/dev/null </dev/null
-fi
+NEXT="$ROOT/.conformance-alpha/node_modules/.bin/conformance"
 
 mkdir -p "$RESULTS"
 status=0
@@ -44,4 +62,34 @@ for suite in "${SUITES[@]}"; do
         status=1
     fi
 done
+# The newest release: its auth suite must pass whole.
+out="$RESULTS/next-auth.txt"
+if "$NEXT" client --command "$PYTHON -m mcpauth.client.conformance" --suite auth \
+    -o "$RESULTS/next-auth" >"$out" 2>&1 </dev/null; then
+    log "conformance $NEXT_VERSION auth: passed"
+else
+    log "conformance $NEXT_VERSION auth: FAILED (details in $out)"
+    grep -E '^[✓✗]|Total' "$out" >&2 || tail -n 40 "$out" >&2
+    status=1
+fi
+
+# The newest release, the $REQUIREMENTS requirement set: every auth/* line must be a pass
+# (NOT_YET excepted); the exit status covers non-auth scenarios too, so it is not used.
+out="$RESULTS/next-requirements.txt"
+"$NEXT" client --command "$PYTHON -m mcpauth.client.conformance" --requirements "$REQUIREMENTS" \
+    -o "$RESULTS/next-requirements" >"$out" 2>&1 </dev/null || true
+passed="$(grep -cE '^✓ auth/' "$out" || true)"
+failed=()
+while IFS= read -r line; do
+    scenario="$(printf '%s' "$line" | sed -E 's/^✗ (auth\/[^:]+):.*/\1/')"
+    skip=""
+    for known in "${NOT_YET[@]}"; do [ "$scenario" = "$known" ] && skip=1; done
+    [ -n "$skip" ] || failed+=("$scenario")
+done < <(grep -E '^✗ auth/' "$out" || true)
+if [ "$passed" -lt 20 ] || [ ${#failed[@]} -gt 0 ]; then
+    log "conformance $NEXT_VERSION requirements $REQUIREMENTS: FAILED: ${failed[*]:-} ($passed auth scenarios passed; details in $out)"
+    status=1
+else
+    log "conformance $NEXT_VERSION requirements $REQUIREMENTS: $passed auth scenarios passed (not built yet: ${NOT_YET[*]})"
+fi
 exit "$status"

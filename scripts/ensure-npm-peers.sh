@@ -10,6 +10,7 @@ NODE_MAJOR="22"
 PACKAGES=(
     "axe-core@4.14.1"                      # accessibility audit injected into every page
     "@modelcontextprotocol/client@2.4.0"   # the official TypeScript SDK client
+    "oidc-provider@9.13.3"                 # the upstream OpenID provider of the sign-in tests
 )
 
 log() { printf '%s\n' "$*" >&2; }

@@ -69,3 +69,51 @@ def test_the_architecture_document_names_every_server_module() -> None:
         and p.name not in listed
     ]
     assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+# Which server packages each one may import (besides itself and the shared top-level modules
+# config, context, crypto, threads, http_io); docs/architecture.md explains the direction.
+SHARED = {"config", "context", "crypto", "threads", "http_io"}
+ALLOWED = {
+    "storage": set(),
+    "operations": {"storage"},
+    "identity": {"storage", "operations"},
+    "clients": {"storage", "operations", "identity"},
+    "authorization": {"storage", "operations", "identity", "clients", "browser"},
+    "browser": {"storage", "operations", "identity", "clients", "authorization"},
+    "tokens": {"storage", "operations", "identity", "clients", "authorization"},
+}
+
+
+def _server_imports(path: Path) -> set[str]:
+    """The first names below ``mcpauth.server`` that a module imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[:2] == ["mcpauth", "server"]:
+                if len(parts) > 2:
+                    found.add(parts[2])
+                else:
+                    found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_server_packages_depend_one_way(package: str) -> None:
+    allowed = ALLOWED[package] | SHARED | {package}
+    wrong = {
+        _rel(path): sorted(_server_imports(path) - allowed)
+        for path in (SERVER / package).rglob("*.py")
+        if "migrations" not in path.parts and _server_imports(path) - allowed
+    }
+    assert not wrong, f"{package} imports what it may not: {wrong}"
+
+
+def test_the_shared_modules_import_no_domain_package() -> None:
+    shared = {"config", "crypto", "threads", "http_io"}
+    wrong = {
+        name: sorted(_server_imports(SERVER / f"{name}.py") & set(ALLOWED) - {"operations"})
+        for name in shared
+    }
+    assert not any(wrong.values()), wrong

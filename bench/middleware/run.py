@@ -31,7 +31,7 @@ from jwt.utils import base64url_decode
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
 from bench import common
 from mcpauth import jwt
-from mcpauth.middleware import JWKSCache, JWTVerifier
+from mcpauth.middleware import JWTVerifier
 
 HERE = Path(__file__).parent
 APPS = HERE / "apps.py"
@@ -149,8 +149,7 @@ def cold_verification(key: jwt.PrivateKey, issuer: str, n: int) -> dict[str, flo
         from fastmcp.server.auth.providers.jwt import JWTVerifier as FastVerifier
 
         async with httpx.AsyncClient() as http:
-            cache = JWKSCache(issuer, http=http)
-            ours = JWTVerifier(issuer=issuer, resource=resource, keys=cache)
+            ours = JWTVerifier(issuer, resource, http=http)
             await ours.verify_token(tokens[0])
             pem = public.public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

@@ -80,21 +80,21 @@ def build_auth(server_url: str, scenario: str, context: dict[str, Any]) -> OAuth
 
 
 async def exercise(server_url: str, auth: OAuth) -> None:
-    """Initialize, list tools and call the first one, as the scenarios expect."""
+    """List tools and call the first one, as the scenarios expect, through the SDK's
+    ``mcp.Client``: it speaks both protocol eras (the ``initialize`` handshake of 2025-11-25
+    and before, and the self-contained requests of 2026-07-28), choosing by what the server
+    answers."""
     import httpx2
-    from mcp import ClientSession
+    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async with (
-        httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(TIMEOUT)) as http,
-        streamable_http_client(server_url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        tools = await session.list_tools()
-        names = [tool.name for tool in tools.tools]
-        if names:
-            await session.call_tool(names[0], {})
+    async with httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(TIMEOUT)) as http:
+        transport = streamable_http_client(server_url, http_client=http)
+        async with Client(transport, raise_exceptions=True) as client:
+            tools = await client.list_tools()
+            names = [tool.name for tool in tools.tools]
+            if names:
+                await client.call_tool(names[0], {})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,17 @@
-"""Verified tokens by SHA-256 digest: bounded, least recently used out first, and never kept
-past the token's expiry (or the verifier's ``cache_until``)."""
+"""How the middleware keeps verified tokens: in :class:`~mcpauth.caching.ExpiringCache` (bounded,
+least recently used out first), keyed by the token's SHA-256 digest, each entry until the
+token's ``exp`` or the verifier's ``cache_until``, whichever comes first (both Unix times)."""
 
 from __future__ import annotations
 
 import hashlib
-import time
-from collections import OrderedDict
-from typing import Any
 
+from starlette.authentication import BaseUser
+
+from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.middleware.verifier import VerifiedToken
+
+TokenCache = ExpiringCache[bytes, tuple[VerifiedToken, BaseUser]]
 
 
 def token_digest(token: str) -> bytes:
@@ -16,40 +19,15 @@ def token_digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-def _cache_deadline(verified: VerifiedToken) -> float | None:
+def token_cache(max_entries: int) -> TokenCache:
+    """``digest → (VerifiedToken, user)``; ``user`` is the object built for ``scope["user"]``,
+    kept so that a warm request builds nothing. A put without a deadline keeps nothing."""
+    return ExpiringCache(0.0, max_entries, clock=wall_clock)
+
+
+def remember(cache: TokenCache, digest: bytes, verified: VerifiedToken, user: BaseUser) -> None:
+    """Keep ``verified`` until it expires; a result with neither ``expires_at`` nor
+    ``cache_until`` is not kept."""
     bounds = [b for b in (verified.expires_at, verified.cache_until) if b is not None]
-    return float(min(bounds)) if bounds else None
-
-
-class TokenCache:
-    """``digest → (VerifiedToken, user)`` with at most ``max_entries`` entries; ``user`` is the
-    object built for ``scope["user"]``, kept so that a warm request builds nothing."""
-
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, tuple[float, VerifiedToken, Any]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, digest: bytes) -> tuple[VerifiedToken, Any] | None:
-        """The cached result for ``digest`` if it has not expired."""
-        entry = self._entries.get(digest)
-        if entry is None:
-            return None
-        deadline, verified, user = entry
-        if time.time() >= deadline:
-            del self._entries[digest]
-            return None
-        self._entries.move_to_end(digest)
-        return verified, user
-
-    def put(self, digest: bytes, verified: VerifiedToken, user: Any) -> None:
-        """Remember ``verified`` until it expires; results without any expiry are not kept."""
-        deadline = _cache_deadline(verified)
-        if deadline is None or deadline <= time.time() or self.max_entries <= 0:
-            return
-        self._entries[digest] = (deadline, verified, user)
-        self._entries.move_to_end(digest)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+    if bounds:
+        cache.put(digest, (verified, user), expires_at=float(min(bounds)))

@@ -1,6 +1,9 @@
 """Authorization server metadata discovery (RFC 8414 §3, then OpenID Connect Discovery),
 bounded JSON fetching for the resource server, and :class:`FetchGate`, which coalesces and
-backs off fetches from an authorization server that is failing."""
+backs off fetches from an authorization server that is failing.
+
+A failed fetch raises :class:`~mcpauth.errors.FetchError`, whose message names the URL: it is
+logged. Callers get :func:`unavailable` instead: a 503 that names nothing internal."""
 
 from __future__ import annotations
 
@@ -14,15 +17,11 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
-from mcpauth.errors import ConfigurationError, TemporarilyUnavailable
+from mcpauth.errors import ConfigurationError, FetchError, TemporarilyUnavailable
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
 
 MAX_DOCUMENT_BYTES = 256 * 1024
-
-
-class FetchError(TemporarilyUnavailable):
-    """A metadata or key document could not be fetched or parsed."""
 
 
 metadata_urls = authorization_server_metadata_urls  # the discovery order (CL-04)
@@ -122,7 +121,7 @@ class FetchGate:
         """Refuse at once while a failure's back-off lasts.
 
         Raises:
-            FetchError: the plain "unavailable" error, with ``Retry-After``.
+            TemporarilyUnavailable: the plain "unavailable" error, with ``Retry-After``.
         """
         remaining = self._retry_at - self.now()
         if remaining > 0:
@@ -140,6 +139,7 @@ class FetchGate:
         self._retry_at = float("-inf")
 
 
-def unavailable(retry_after: float, message: str = UNAVAILABLE) -> FetchError:
+def unavailable(retry_after: float, message: str = UNAVAILABLE) -> TemporarilyUnavailable:
     """The error callers see: no URL in it, a ``Retry-After`` of whole seconds (at least 1)."""
-    return FetchError(message, headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
+    retry = str(max(1, math.ceil(retry_after)))
+    return TemporarilyUnavailable(message, headers={"Retry-After": retry})

@@ -16,14 +16,15 @@ from typing import Any
 
 import httpx
 
-from mcpauth.errors import ConfigurationError, InvalidToken, ServerError, TemporarilyUnavailable
-from mcpauth.middleware._discovery import (
+from mcpauth.errors import (
+    ConfigurationError,
     FetchError,
-    FetchGate,
-    check_fetch_url,
-    discover_metadata,
-    unavailable,
+    InvalidToken,
+    ServerError,
+    TemporarilyUnavailable,
 )
+from mcpauth.middleware._discovery import FetchGate, check_fetch_url, discover_metadata, unavailable
+from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.verifier import VerifiedToken, parse_scope
 from mcpauth.oauth import basic_authorization
 
@@ -40,12 +41,18 @@ def _audiences(value: Any) -> list[str]:
     return []
 
 
-class IntrospectionVerifier:
+class IntrospectionVerifier(AsyncClosing):
     """Ask the authorization server whether a token is active (RFC 7662).
 
     The endpoint is ``endpoint`` or the ``introspection_endpoint`` of ``issuer``'s metadata.
     A positive answer is reused for at most ``cache_seconds`` and never past the token's
-    ``exp``; an answer without ``exp`` is not reused at all.
+    ``exp``; an answer without ``exp`` is not reused at all. ``http`` is yours to close;
+    without it a client is created on the first call and closed by :meth:`aclose` (or
+    ``async with``).
+
+    Raises:
+        ValueError: neither ``endpoint`` nor ``issuer``.
+        ConfigurationError: ``endpoint`` is neither https nor loopback http.
     """
 
     def __init__(
@@ -54,7 +61,7 @@ class IntrospectionVerifier:
         resource: str,
         client_id: str,
         client_secret: str,
-        http: httpx.AsyncClient,
+        http: httpx.AsyncClient | None = None,
         issuer: str | None = None,
         endpoint: str | None = None,
         cache_seconds: float = 60.0,
@@ -67,14 +74,24 @@ class IntrospectionVerifier:
             raise ValueError("IntrospectionVerifier needs an endpoint or an issuer to discover it")
         self.resource = resource
         self.issuer = issuer
-        self.endpoint = endpoint
-        self.http = http
+        # A plain-http endpoint is refused here, not by every request (a 500 each time).
+        self.endpoint = None if endpoint is None else check_fetch_url(endpoint)
+        self._client = LazyClient(http)
         self.cache_seconds = cache_seconds
         self.leeway = leeway
         self._authorization = basic_authorization(client_id, client_secret)
         self._gate = FetchGate(
             backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
         )
+
+    @property
+    def http(self) -> httpx.AsyncClient | None:
+        """The HTTP client in use (``None`` until the first call when none was given)."""
+        return self._client.current
+
+    async def aclose(self) -> None:
+        """Close the HTTP client created here, if any (a given one is left open)."""
+        await self._client.aclose()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Introspect ``token`` and check it is active and meant for this resource.
@@ -130,7 +147,7 @@ class IntrospectionVerifier:
 
     async def _post(self, endpoint: str, token: str) -> dict[str, Any]:
         try:
-            response = await self.http.post(
+            response = await self._client.get().post(
                 endpoint,
                 data={"token": token, "token_type_hint": "access_token"},
                 headers={"Authorization": self._authorization, "Accept": "application/json"},
@@ -160,11 +177,11 @@ class IntrospectionVerifier:
                     # Callers that queued behind a failed discovery share its outcome.
                     self._gate.check()
                     self.endpoint = await self._discover(self.issuer)
-        return check_fetch_url(self.endpoint)
+        return self.endpoint  # checked where it came from: the constructor or the discovery
 
     async def _discover(self, issuer: str) -> str:
         try:
-            metadata = await discover_metadata(self.http, issuer)
+            metadata = await discover_metadata(self._client.get(), issuer)
             if not metadata.introspection_endpoint:
                 raise FetchError(f"{issuer} publishes no introspection_endpoint")
             endpoint = check_fetch_url(metadata.introspection_endpoint)

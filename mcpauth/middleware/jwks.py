@@ -4,8 +4,8 @@ headers, and refetched on an unknown ``kid`` at most once per interval.
 While no keys are held, fetching is coalesced and backs off: one discovery-and-JWKS fetch is in
 flight at a time (concurrent callers wait for it and share its outcome), and after a failure no
 new fetch starts for a growing, bounded delay (``failure_backoff`` doubling up to
-``max_failure_backoff``). Callers in that window get a :class:`FetchError` at once, with
-``Retry-After`` and a description that names no URL; the details are logged.
+``max_failure_backoff``). Callers in that window get a :class:`TemporarilyUnavailable` at
+once, with ``Retry-After`` and a description that names no URL; the details are logged.
 """
 
 from __future__ import annotations
@@ -17,20 +17,16 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from mcpauth import jwt
-from mcpauth.caching import freshness_lifetime
-from mcpauth.errors import ConfigurationError
-from mcpauth.middleware._discovery import (
-    FetchError,
-    FetchGate,
-    discover_metadata,
-    fetch_json,
-    unavailable,
-)
+from mcpauth.caching import ExpiringCache, freshness_lifetime
+from mcpauth.errors import ConfigurationError, FetchError
+from mcpauth.middleware._discovery import FetchGate, discover_metadata, fetch_json, unavailable
+from mcpauth.middleware._http import AsyncClosing, LazyClient
 
 __all__ = ["JWKSCache"]
 
 logger = logging.getLogger("mcpauth.middleware")
 UNAVAILABLE = "The authorization server's signing keys are unavailable; try again later"
+_KEYS = "keys"  # the one entry: this issuer's current key set
 
 
 def cache_lifetime(
@@ -43,7 +39,7 @@ def cache_lifetime(
     return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
-class JWKSCache:
+class JWKSCache(AsyncClosing):
     """Verification keys of one issuer.
 
     ``jwks_uri`` is read from the issuer's metadata unless given. Keys are reused for the
@@ -53,13 +49,16 @@ class JWKSCache:
     arrive. When a refetch fails, the last good keys stay in use. Without any keys, fetches are
     coalesced and back off after failures (module docstring). ``clock`` (seconds since the
     epoch; :func:`time.time` by default) is injectable for tests.
+
+    ``http`` is yours to close; without it a client is created on the first fetch and closed
+    by :meth:`aclose` (or ``async with``).
     """
 
     def __init__(
         self,
         issuer: str,
         *,
-        http: httpx.AsyncClient,
+        http: httpx.AsyncClient | None = None,
         jwks_uri: str | None = None,
         min_refresh_interval: float = 30.0,
         default_cache_seconds: float = 300.0,
@@ -69,31 +68,44 @@ class JWKSCache:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.issuer = issuer
-        self.http = http
         self.jwks_uri = jwks_uri
         self.min_refresh_interval = min_refresh_interval
         self.default_cache_seconds = default_cache_seconds
         self.max_cache_seconds = max_cache_seconds
-        self._keys: dict[str, jwt.VerificationKey] | None = None
-        self._expires = 0.0
+        self._client = LazyClient(http)
         self._last_attempt = float("-inf")
         self.fetch_count = 0
         self._gate = FetchGate(
             backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
         )
+        # The last good keys stay (stale) after their lifetime: the fallback when a refetch fails.
+        self._cache: ExpiringCache[str, dict[str, jwt.VerificationKey]] = ExpiringCache(
+            default_cache_seconds, max_entries=1, clock=self._gate.now, keep_stale=True
+        )
+
+    @property
+    def http(self) -> httpx.AsyncClient | None:
+        """The HTTP client in use (``None`` until the first fetch when none was given)."""
+        return self._client.current
+
+    async def aclose(self) -> None:
+        """Close the HTTP client created here, if any (a given one is left open)."""
+        await self._client.aclose()
 
     async def keys(self) -> Mapping[str, jwt.VerificationKey]:
         """The current keys, fetching them when absent or stale.
 
         Raises:
-            FetchError: no keys could be fetched and none are cached.
+            TemporarilyUnavailable: no keys could be fetched and none are cached.
         """
-        if self._keys is not None and self._now() < self._expires:
-            return self._keys
+        fresh = self._cache.get(_KEYS)
+        if fresh is not None:
+            return fresh
         self._check_backoff()
         async with self._gate.lock:
-            if self._keys is not None and self._now() < self._expires:
-                return self._keys
+            fresh = self._cache.get(_KEYS)
+            if fresh is not None:
+                return fresh
             return await self._fetch_or_stale()
 
     async def refresh_for_unknown_kid(self) -> Mapping[str, jwt.VerificationKey] | None:
@@ -101,7 +113,7 @@ class JWKSCache:
         less than ``min_refresh_interval`` ago (nothing new to learn).
 
         Raises:
-            FetchError: no keys could be fetched and none are cached.
+            TemporarilyUnavailable: no keys could be fetched and none are cached.
         """
         async with self._gate.lock:
             if self._now() - self._last_attempt < self.min_refresh_interval:
@@ -111,15 +123,20 @@ class JWKSCache:
     def _now(self) -> float:
         return self._gate.now()
 
+    def _stale(self) -> dict[str, jwt.VerificationKey] | None:
+        held = self._cache.get_stale(_KEYS)
+        return None if held is None else held[0]
+
     def _check_backoff(self) -> None:
         """Without keys, refuse at once while a failure's back-off lasts."""
-        if self._keys is None:
+        if self._stale() is None:
             self._gate.check()
 
     async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
         now = self._now()
-        if self._keys is not None and now - self._last_attempt < self.min_refresh_interval:
-            return self._keys
+        stale = self._stale()
+        if stale is not None and now - self._last_attempt < self.min_refresh_interval:
+            return stale
         # Callers that queued on the lock behind a failed fetch share its outcome.
         self._check_backoff()
         self._last_attempt = now
@@ -129,11 +146,11 @@ class JWKSCache:
             delay = self._gate.failed()
             logger.warning(
                 "cannot fetch the signing keys of %s (failure %d, next try in %.0fs): %s",
-                self.issuer, self._gate.failures, delay, exc,
+                self.issuer, self._gate.failures, delay, exc.message,
             )  # fmt: skip
-            if self._keys is None:
+            if stale is None:
                 raise unavailable(delay, UNAVAILABLE) from exc
-            return self._keys
+            return stale
         self._gate.succeeded()
         return keys
 
@@ -144,13 +161,14 @@ class JWKSCache:
             raise FetchError(str(exc)) from exc
 
     async def _fetch_unchecked(self) -> dict[str, jwt.VerificationKey]:
+        http = self._client.get()
         if self.jwks_uri is None:
-            metadata = await discover_metadata(self.http, self.issuer)
+            metadata = await discover_metadata(http, self.issuer)
             if not metadata.jwks_uri:
                 raise FetchError(f"{self.issuer} publishes no jwks_uri")
             self.jwks_uri = metadata.jwks_uri
         self.fetch_count += 1
-        document, headers = await fetch_json(self.http, self.jwks_uri)
+        document, headers = await fetch_json(http, self.jwks_uri)
         keys = jwt.key_set(document)
         if not keys:
             raise FetchError(f"{self.jwks_uri} holds no usable signing key")
@@ -160,6 +178,5 @@ class JWKSCache:
             floor=self.min_refresh_interval,
             ceiling=self.max_cache_seconds,
         )
-        self._keys = keys
-        self._expires = self._now() + lifetime
+        self._cache.put(_KEYS, keys, ttl=lifetime)
         return keys

@@ -13,6 +13,11 @@ as HTTP) where the server supports the ASGI ``websocket.http.response`` extensio
 
 The application never sees the caller's token: the ``Authorization`` header is removed from
 the scope handed to it, for HTTP and WebSocket alike (MCP RS-17).
+
+Resources: the default verifier creates its HTTP client on the first token it verifies (a
+middleware that never verifies one never creates it) and the middleware closes it at ASGI
+lifespan shutdown, or in :meth:`ProtectedResourceMiddleware.aclose` (``async with``) where the
+server runs no lifespan for it. A ``verifier=`` or ``http_client=`` you pass stays yours.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import httpx
 from starlette.authentication import BaseUser
 
 from mcpauth.errors import (
+    FetchError,
     InsufficientScope,
     InvalidRequest,
     OAuthError,
@@ -46,11 +52,11 @@ from mcpauth.middleware._asgi import (
     send_json,
 )
 from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, bearer_token
-from mcpauth.middleware._cache import TokenCache, token_digest
+from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
+from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware._sessions import SessionBindings
 from mcpauth.middleware.adapters import verified_from
-from mcpauth.middleware.jwks import JWKSCache
 from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, ScopeSpec, parse_jsonrpc
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
@@ -63,6 +69,7 @@ from mcpauth.middleware.verifier import (
     MultiIssuerVerifier,
     TokenVerifier,
     VerifiedToken,
+    require_token_verifier,
 )
 from mcpauth.uris import canonical_resource
 
@@ -75,29 +82,30 @@ UNAVAILABLE = "The authorization server is unavailable; try again later"
 
 
 def default_verifier(
-    resource: str, authorization_servers: Sequence[str], http: httpx.AsyncClient
-) -> TokenVerifier:
-    """RFC 9068 JWT verification against each authorization server's JWKS."""
-    verifiers: dict[str, TokenVerifier] = {
-        issuer: JWTVerifier(issuer=issuer, resource=resource, keys=JWKSCache(issuer, http=http))
-        for issuer in authorization_servers
-    }
+    resource: str, issuers: Sequence[str], http: httpx.AsyncClient | None = None
+) -> JWTVerifier | MultiIssuerVerifier:
+    """RFC 9068 JWT verification against each authorization server's JWKS, over ``http`` (the
+    caller's) or a client each verifier creates on first use; close it with ``aclose()``."""
+    verifiers = {issuer: JWTVerifier(issuer, resource, http=http) for issuer in issuers}
     if len(verifiers) == 1:
         return next(iter(verifiers.values()))
     return MultiIssuerVerifier(verifiers)
 
 
-class ProtectedResourceMiddleware:
+class ProtectedResourceMiddleware(AsyncClosing):
     """Protect ``app``: every request needs a valid bearer token issued for ``resource``.
 
     ``resource`` is the server's canonical URI (``https://host/mcp``). RFC 9728 metadata is
     served at the path-aware and root well-known paths. Scopes: ``required_scopes`` for every
     request, ``method_scopes`` per JSON-RPC method, ``tool_scopes`` / ``resource_scopes`` /
     ``prompt_scopes`` per name, ``scope_implies`` for hierarchies. ``verifier`` defaults to
-    RFC 9068 JWT verification with keys from each authorization server's JWKS.
+    RFC 9068 JWT verification with keys from each authorization server's JWKS, fetched over
+    ``http_client`` when given; the middleware closes what it creates (module docstring).
 
     Raises:
         ValueError: no authorization server, or ``resource`` is not a valid resource URI.
+        TypeError: ``verifier`` is not an mcpauth verifier (wrap an MCP SDK verifier in
+            :class:`~mcpauth.middleware.FromSDK`).
     """
 
     def __init__(
@@ -148,18 +156,27 @@ class ProtectedResourceMiddleware:
         self._metadata_paths = metadata_paths(self.resource)
         self._metadata_endpoint = ResourceMetadataEndpoint(document)
         self._challenge_scopes = tuple(self.policy.required or (document.scopes_supported or ()))
-        # Closed at lifespan shutdown whenever created here, used or not.
-        self._owns_http = http_client is None
-        self.http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(5.0))
-        self.verifier = verifier or default_verifier(
-            self.resource, authorization_servers, self.http
-        )
+        self.verifier: TokenVerifier
+        self._owned: JWTVerifier | MultiIssuerVerifier | None = None
+        if verifier is None:
+            # Its HTTP client exists once a token is verified; closed at lifespan shutdown.
+            self._owned = default_verifier(self.resource, authorization_servers, http_client)
+            self.verifier = self._owned
+        else:
+            where = "ProtectedResourceMiddleware(verifier=...)"
+            self.verifier = require_token_verifier(verifier, where)
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self.max_header_bytes = max_header_bytes
         self.max_body_bytes = max_body_bytes
-        self.tokens = TokenCache(token_cache_size)
+        self.tokens = token_cache(token_cache_size)
         self.sessions = SessionBindings(session_table_size)
         self.allow_websockets = allow_websockets
+
+    async def aclose(self) -> None:
+        """Close what the middleware opened (the default verifier's HTTP client); lifespan
+        shutdown does this too. A later request opens it again."""
+        if self._owned is not None:
+            await self._owned.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -226,7 +243,7 @@ class ProtectedResourceMiddleware:
             return cached
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
         try:
-            # an SDK-style verifier (AccessToken | None) is adapted, never a 500
+            # whatever a verifier returns is checked for this resource: never a 500
             verified = verified_from(await self.verifier.verify_token(raw), self.resource)
         except TemporarilyUnavailable as exc:
             # The 503 body stays plain whatever the verifier wrote: no internal URLs.
@@ -235,8 +252,11 @@ class ProtectedResourceMiddleware:
             raise TemporarilyUnavailable(
                 UNAVAILABLE, headers={"Retry-After": retry_after} if retry_after else None
             ) from exc
+        except FetchError as exc:  # a verifier of your own let a failed fetch through
+            logger.warning("cannot verify a token right now: %s", exc.message)
+            raise TemporarilyUnavailable(UNAVAILABLE) from exc
         user = identity.make_user(verified, digest)
-        self.tokens.put(digest, verified, user)
+        remember(self.tokens, digest, verified, user)
         return verified, user
 
     async def _needed_scopes(
@@ -293,8 +313,8 @@ class ProtectedResourceMiddleware:
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete" and self._owns_http:
-                await self.http.aclose()
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.aclose()
             await send(message)
 
         return lifespan_send

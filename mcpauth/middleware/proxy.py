@@ -4,6 +4,9 @@ Wrapped by :class:`ProtectedResourceMiddleware`, it forwards authenticated reque
 caller's identity in headers and never the caller's token (MCP RS-17). Bodies stream both
 ways (SSE included) over pooled connections; an unreachable upstream gives 502 with a JSON-RPC
 error body.
+
+The proxy creates its HTTP client on the first request it forwards and closes it at lifespan
+shutdown or in :meth:`UpstreamProxy.aclose`; a ``client=`` you pass stays yours to close.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mcpauth.middleware._asgi import (
     refuse_websocket,
     send_json,
 )
+from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.identity import verified_token
 
 __all__ = ["IdentityHeaders", "UpstreamProxy"]
@@ -100,7 +104,7 @@ def default_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False)
 
 
-class UpstreamProxy:
+class UpstreamProxy(AsyncClosing):
     """ASGI app forwarding requests for ``path`` to ``upstream`` (other paths get 404).
 
     Header hygiene, both ways: hop-by-hop fields and those named in ``Connection`` are dropped
@@ -124,10 +128,20 @@ class UpstreamProxy:
     ) -> None:
         self.upstream = upstream
         self.path = path or "/"
-        self.client = client or default_client()
+        self._client = LazyClient(client, factory=default_client)
         self.identity = identity_headers or IdentityHeaders()
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | {b"authorization"}
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The client requests go upstream with: ``client=``, or one created on first use."""
+        return self._client.get()
+
+    async def aclose(self) -> None:
+        """Close the client created here, if any (a given ``client=`` is left to its owner);
+        lifespan shutdown does this too."""
+        await self._client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -142,14 +156,15 @@ class UpstreamProxy:
         if _is_preflight(scope):
             await self._preflight(scope, send)
             return
-        request = self.client.build_request(
+        client = self._client.get()
+        request = client.build_request(
             scope["method"],
             self._target(scope),
             headers=self._request_headers(scope),
             content=_body(receive) if _has_body(scope) else None,
         )
         try:
-            response = await self.client.send(request, stream=True)
+            response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:
             logger.warning("upstream %s failed: %s", self.upstream, type(exc).__name__)
             await send_json(
@@ -219,7 +234,7 @@ class UpstreamProxy:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self.client.aclose()
+                await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

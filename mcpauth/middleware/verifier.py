@@ -20,21 +20,38 @@ Any authorization server can be plugged in by writing a class with one coroutine
 
 A verifier MUST check the audience (RFC 8707 §2, MCP RS-09) and raise
 :class:`~mcpauth.errors.InvalidToken` for anything it does not accept.
+
+The MCP Python SDK's ``TokenVerifier`` has the same method name and another contract (it
+returns the SDK's ``AccessToken`` or ``None``). Where an mcpauth verifier is expected, one
+recognisably written for the SDK is refused at construction with a ``TypeError``
+(:func:`require_token_verifier`); wrap it in :class:`~mcpauth.middleware.FromSDK`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+import typing
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
+import httpx
 import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidToken
+from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware.jwks import JWKSCache
 
-__all__ = ["JWTVerifier", "MultiIssuerVerifier", "TokenVerifier", "VerifiedToken", "parse_scope"]
+__all__ = [
+    "JWTVerifier",
+    "MultiIssuerVerifier",
+    "TokenVerifier",
+    "VerifiedToken",
+    "parse_scope",
+    "require_token_verifier",
+]
 
 DEFAULT_REQUIRED_CLAIMS = ("iss", "exp", "iat", "sub", "client_id", "jti")
 
@@ -77,6 +94,66 @@ class TokenVerifier(Protocol):
         ...
 
 
+_SDK_RESULT = re.compile(r"\bAccessToken\b")
+
+
+def _names_access_token(annotation: Any) -> bool:
+    """Whether a return annotation (resolved, or its source text) names an ``AccessToken``."""
+    if isinstance(annotation, str):
+        return _SDK_RESULT.search(annotation) is not None
+    if getattr(annotation, "__name__", None) == "AccessToken":
+        return True
+    return any(_names_access_token(arg) for arg in typing.get_args(annotation))
+
+
+def _is_sdk_verifier(verifier: object, method: Any) -> bool:
+    """An MCP SDK verifier: the SDK's ``TokenVerifier`` protocol among its classes, or a
+    ``verify_token`` annotated to return the SDK's ``AccessToken`` (``AccessToken | None``)."""
+    for cls in type(verifier).__mro__:
+        if cls.__module__.split(".")[0] == "mcp" and cls.__name__.endswith("TokenVerifier"):
+            return True
+    try:
+        hints = typing.get_type_hints(method)
+    except (NameError, TypeError, AttributeError, SyntaxError):  # names imported for typing only
+        hints = dict(getattr(method, "__annotations__", None) or {})
+    return _names_access_token(hints.get("return"))
+
+
+def require_token_verifier(verifier: Any, where: str) -> TokenVerifier:
+    """``verifier``, after checking it can be an mcpauth :class:`TokenVerifier`.
+
+    Raises:
+        TypeError: it has no ``verify_token``, or it is a verifier for the MCP SDK (wrap that
+            in :class:`~mcpauth.middleware.FromSDK`); ``where`` names the place it was given.
+    """
+    method = getattr(verifier, "verify_token", None)
+    if not callable(method):
+        raise TypeError(
+            f"{where} needs a token verifier (an object with async verify_token(token) -> "
+            f"VerifiedToken), not {type(verifier).__name__}"
+        )
+    if _is_sdk_verifier(verifier, method):
+        raise TypeError(
+            f"{where} needs an mcpauth verifier, and {type(verifier).__name__} is one for the "
+            "MCP SDK (verify_token returns AccessToken | None): pass "
+            "FromSDK(verifier, resource=...) from mcpauth.middleware instead"
+        )
+    checked: TokenVerifier = verifier
+    return checked
+
+
+class KeyCacheOptions(TypedDict, total=False):
+    """The keywords of :class:`~mcpauth.middleware.JWKSCache` a :class:`JWTVerifier` passes on
+    (their defaults are the cache's)."""
+
+    min_refresh_interval: float
+    default_cache_seconds: float
+    max_cache_seconds: float
+    failure_backoff: float
+    max_failure_backoff: float
+    clock: Callable[[], float] | None
+
+
 def parse_scope(value: Any) -> tuple[str, ...]:
     """Scopes from an RFC 9068 ``scope`` string (or a list, as some servers send).
 
@@ -92,29 +169,77 @@ def parse_scope(value: Any) -> tuple[str, ...]:
     raise InvalidToken("The access token has a malformed scope claim")
 
 
-class JWTVerifier:
-    """RFC 9068 JWT access tokens signed by one authorization server.
+class JWTVerifier(AsyncClosing):
+    """RFC 9068 JWT access tokens signed by one authorization server, for one resource.
 
-    Keys come only from the server's JWKS (docs/security.md T15); the algorithm comes from the key;
-    ``aud`` must contain ``resource`` and there is no switch to turn that off (RFC 8707 §2).
+    ``audience`` is this resource server's URI: ``aud`` must contain it, and there is no switch
+    to turn that off (RFC 8707 §2). Keys come only from the issuer's JWKS (docs/security.md
+    T15), at ``jwks_uri`` or where the issuer's metadata says; the algorithm comes from the key.
+    ``http`` is yours to close; without it the verifier creates a client on its first fetch and
+    closes it in :meth:`aclose` (or ``async with``). ``key_cache`` keywords
+    (:class:`KeyCacheOptions`) tune the key cache (:class:`~mcpauth.middleware.JWKSCache`, kept
+    as :attr:`keys`).
+
+    Deprecated: ``resource=`` (use ``audience``) and ``keys=JWKSCache(...)`` (use ``jwks_uri``
+    and ``http``); both still work and warn.
     """
 
     def __init__(
         self,
-        *,
         issuer: str,
-        resource: str,
-        keys: JWKSCache,
+        audience: str | None = None,
+        jwks_uri: str | None = None,
+        http: httpx.AsyncClient | None = None,
+        *,
         typ: Iterable[str] | None = jwt.ACCESS_TOKEN_TYPES,
         leeway: float = 30.0,
         required_claims: Sequence[str] = DEFAULT_REQUIRED_CLAIMS,
+        resource: str | None = None,
+        keys: JWKSCache | None = None,
+        **key_cache: Unpack[KeyCacheOptions],
     ) -> None:
+        if resource is not None:
+            warnings.warn(
+                "JWTVerifier(resource=...) is deprecated: pass the resource URI as audience",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if audience is not None:
+                raise TypeError("JWTVerifier takes audience or the deprecated resource, not both")
+            audience = resource
+        if not audience:
+            raise TypeError("JWTVerifier needs the audience: this resource server's URI")
         self.issuer = issuer
-        self.resource = resource
-        self.keys = keys
+        self.audience = audience
         self.typ = None if typ is None else frozenset(typ)
         self.leeway = leeway
         self.required_claims = tuple(required_claims)
+        self._owns_keys = keys is None
+        if keys is not None:
+            warnings.warn(
+                "JWTVerifier(keys=JWKSCache(...)) is deprecated: pass jwks_uri= and http= "
+                "(the verifier keeps its own key cache)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if jwks_uri is not None or http is not None or key_cache:
+                raise TypeError(
+                    "JWTVerifier takes jwks_uri, http and the key cache options, "
+                    "or the deprecated keys"
+                )
+            self.keys = keys
+        else:
+            self.keys = JWKSCache(issuer, http=http, jwks_uri=jwks_uri, **key_cache)
+
+    @property
+    def resource(self) -> str:
+        """The resource this verifier accepts tokens for (its ``audience``)."""
+        return self.audience
+
+    async def aclose(self) -> None:
+        """Close the HTTP client the verifier created, if any (a given ``http`` stays open)."""
+        if self._owns_keys:
+            await self.keys.aclose()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Verify signature, type, issuer, audience, lifetime and required claims.
@@ -140,7 +265,7 @@ class JWTVerifier:
                 keys,
                 issuer=self.issuer,
                 # RFC 8707 §2 / MCP RS-09: the audience check is always on.
-                audience=self.resource,
+                audience=self.audience,
                 typ=self.typ,
                 leeway=self.leeway,
                 required=self.required_claims,
@@ -160,19 +285,34 @@ class JWTVerifier:
             scopes=parse_scope(claims.get("scope")),
             expires_at=int(exp) if isinstance(exp, int | float) else None,
             issuer=self.issuer,
-            resource=self.resource,
+            resource=self.audience,
             claims=claims,
         )
 
 
-class MultiIssuerVerifier:
+class MultiIssuerVerifier(AsyncClosing):
     """Routes a JWT to the verifier of the issuer named in its (unverified) ``iss`` claim.
 
-    The claim only picks the verifier; that verifier then checks ``iss`` exactly.
+    The claim only picks the verifier; that verifier then checks ``iss`` exactly. :meth:`aclose`
+    (or ``async with``) closes the verifiers it routes to.
+
+    Raises:
+        TypeError: one of ``verifiers`` is not an mcpauth verifier (an MCP SDK verifier goes
+            through :class:`~mcpauth.middleware.FromSDK`).
     """
 
     def __init__(self, verifiers: Mapping[str, TokenVerifier]) -> None:
-        self.verifiers = dict(verifiers)
+        self.verifiers = {
+            issuer: require_token_verifier(verifier, f"MultiIssuerVerifier ({issuer})")
+            for issuer, verifier in verifiers.items()
+        }
+
+    async def aclose(self) -> None:
+        """Close every verifier that can be closed."""
+        for verifier in self.verifiers.values():
+            close = getattr(verifier, "aclose", None)
+            if close is not None:
+                await close()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Verify with the verifier for the token's issuer.

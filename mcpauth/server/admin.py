@@ -3,6 +3,7 @@ on the same database as ``serve``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +17,7 @@ from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.identity.passwords import hash_password
-from mcpauth.server.storage import grant_store, lookups, migrate
+from mcpauth.server.storage import grant_store, identities, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
     BrowserSessionRecord,
@@ -81,6 +82,7 @@ def remove_user(ctx: ServerContext, username: str) -> None:
         session.exec(delete(Consent).where(Consent.user_id == user.id))  # type: ignore[arg-type]
         # her browser sessions end with her
         session.exec(delete(BrowserSessionRecord).where(BrowserSessionRecord.user_id == user.id))  # type: ignore[arg-type]
+        identities.forget_user(session, user.id)  # a new sign-in provisions a new account
         session.delete(user)
 
 
@@ -262,6 +264,57 @@ def rotate_keys(ctx: ServerContext) -> dict[str, Any]:
     ctx.keys.ensure_key()
     key = ctx.keys.rotate()
     return {"kid": key.kid, "alg": key.alg, "active_at": key.active_at}
+
+
+def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, Any]]:
+    """The configured upstream OpenID providers (settings, never the database: their secrets
+    stay in the environment or files), the redirect URI to register at each, whether its
+    secret can be read and how many people have signed in through it; with ``check``, whether
+    its OpenID configuration can be fetched now."""
+    with ctx.db.read() as session:
+        signed_in = identities.identities_by_provider(session)
+    rows = []
+    for provider in ctx.upstream:
+        config = provider.config
+        if config.client_secret_env:
+            source = f"environment variable {config.client_secret_env}"
+        elif config.client_secret_file:
+            source = f"file {config.client_secret_file}"
+        else:
+            source = "none (public client)"
+        try:
+            provider.secret()
+            readable = True
+        except ConfigurationError:
+            readable = False
+        row: dict[str, Any] = {
+            "id": config.id,
+            "name": config.name,
+            "issuer": config.issuer,
+            "client_id": config.client_id,
+            "client_secret": source,
+            "client_secret_readable": readable,
+            "token_endpoint_auth_method": config.auth_method,
+            "scopes": list(config.scopes),
+            "allowed_email_domains": list(config.allowed_email_domains),
+            "required_claims": {k: list(v) for k, v in config.required_claims.items()},
+            "redirect_uri": ctx.endpoint_url(f"upstream/{config.id}/callback"),
+            "accounts": signed_in.get(config.id, 0),
+        }
+        if check:
+            row["reachable"] = _reachable(ctx, provider)
+        rows.append(row)
+    return rows
+
+
+def _reachable(ctx: ServerContext, provider: Any) -> str:
+    from mcpauth.server.identity.upstream import UpstreamUnavailable
+
+    try:
+        asyncio.run(ctx.upstream.metadata(provider))
+    except UpstreamUnavailable as exc:
+        return f"no: {exc.reason}"
+    return "yes"
 
 
 def dump(data: object) -> str:

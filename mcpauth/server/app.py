@@ -23,7 +23,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server import discovery
 from mcpauth.server.authorization import endpoint as authorize
-from mcpauth.server.browser import account, interaction
+from mcpauth.server.browser import account, interaction, upstream_login
 from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
 from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
@@ -161,6 +161,20 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(
             f"{base}/interaction/{{interaction_id}}/consent", interaction.consent, methods=["POST"]
         ),
+        Route(
+            # ends in /login: counted with the password sign-in's rate limit
+            f"{base}/interaction/{{interaction_id}}/upstream/{{provider_id}}/login",
+            upstream_login.start_for_interaction,
+            methods=["POST"],
+        ),
+        Route(
+            f"{base}/upstream/{{provider_id}}/callback", upstream_login.callback, methods=["GET"]
+        ),
+        Route(
+            f"{base}/account/upstream/{{provider_id}}/login",
+            upstream_login.start_for_account,
+            methods=["POST"],
+        ),
         Route(f"{base}/account", account.page, methods=["GET"]),
         Route(f"{base}/account/login", account.login, methods=["POST"]),
         Route(f"{base}/account/logout", account.logout, methods=["POST"]),
@@ -267,6 +281,7 @@ def create_app(
     engine = engine or make_engine(settings.database_url)
     ensure_schema(engine)
     ctx = build_context(settings, engine, clock=clock, ssl_context=outbound_ssl_context)
+    ctx.upstream.check_secrets()
     ctx.keys.ensure_key()
     db = ctx.db
 

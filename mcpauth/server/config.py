@@ -5,20 +5,162 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.server.browser.pages import is_colour
 from mcpauth.uris import check_issuer
 
 ENV_PREFIX = "MCPAUTH_"
+_HEX_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
+
+
+def is_colour(value: str) -> bool:
+    """A colour written ``#rrggbb``."""
+    return bool(_HEX_COLOUR.match(value))
+
+
 RegistrationPolicy = Literal["open", "closed", "token"]
+_PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
+_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+
+class UpstreamProvider(BaseModel):
+    """An OpenID Connect provider people sign in with (``[[mcpauth.upstream]]`` in TOML). Its
+    client secret is never a setting: only the name of the environment variable or the path of
+    the file that holds it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    id: str
+    """Short name in URLs: the redirect URI to register is `<issuer>/upstream/<id>/callback`."""
+    name: str = Field(min_length=1, max_length=60)
+    """The provider's name on its sign-in button ("Continue with" and this name)."""
+    issuer: str = Field(max_length=120)
+    """The provider's issuer URL (at most 120 characters); its OpenID configuration is read from
+    `<issuer>/.well-known/openid-configuration` and must name exactly this issuer."""
+    client_id: str = Field(min_length=1, max_length=255)
+    """mcpauth's client id at the provider."""
+    client_secret_env: str | None = None
+    """The environment variable holding the client secret."""
+    client_secret_file: str | None = None
+    """The file holding the client secret (surrounding whitespace ignored)."""
+    token_endpoint_auth_method: (
+        Literal["client_secret_basic", "client_secret_post", "none"] | None
+    ) = None
+    """How mcpauth authenticates at the token endpoint; `client_secret_basic` when there is a
+    secret, else `none` (PKCE only)."""
+    scopes: tuple[str, ...] = ("openid", "email", "profile")
+    """The scopes asked for; `openid` is required."""
+    allowed_email_domains: tuple[str, ...] = ()
+    """When set, only people whose verified email (`email_verified` true) is in one of these
+    domains may sign in."""
+    required_claims: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Claims the ID token must carry: claim name → accepted values (a string claim equal to
+    one of them, or a list claim containing one)."""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _PROVIDER_ID.match(value):
+            raise ValueError(
+                "must be 1 to 32 of a-z, 0-9, - and _, starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        try:
+            return check_issuer(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from exc
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if "openid" not in value:
+            raise ValueError("must include openid")
+        bad = [scope for scope in value if not _SCOPE_TOKEN.match(scope)]
+        if bad:
+            raise ValueError(f"not a scope: {bad[0]!r}")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("allowed_email_domains")
+    @classmethod
+    def _domains(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        domains = tuple(domain.strip().lower().removeprefix("@") for domain in value)
+        bad = [domain for domain in domains if not _DOMAIN.match(domain)]
+        if bad:
+            raise ValueError(f"not a domain name: {bad[0]!r}")
+        return domains
+
+    @field_validator("required_claims", mode="before")
+    @classmethod
+    def _required_claims(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (v,) if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _secret_source(self) -> UpstreamProvider:
+        if self.client_secret_env and self.client_secret_file:
+            raise ValueError("give client_secret_env or client_secret_file, not both")
+        has_secret = bool(self.client_secret_env or self.client_secret_file)
+        if self.token_endpoint_auth_method not in (None, "none") and not has_secret:
+            raise ValueError(f"{self.token_endpoint_auth_method} needs a client secret")
+        if self.token_endpoint_auth_method == "none" and has_secret:
+            raise ValueError("token_endpoint_auth_method none takes no client secret")
+        return self
+
+    @property
+    def auth_method(self) -> str:
+        """The token endpoint authentication method in effect."""
+        if self.token_endpoint_auth_method is not None:
+            return self.token_endpoint_auth_method
+        return (
+            "none"
+            if not (self.client_secret_env or self.client_secret_file)
+            else ("client_secret_basic")
+        )
+
+    def client_secret(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The client secret from its environment variable or file (None: a public client).
+
+        Raises:
+            ConfigurationError: the variable is unset or empty, or the file cannot be read.
+        """
+        where = f"upstream {self.id!r}"
+        if self.client_secret_env:
+            secret = (os.environ if environ is None else environ).get(self.client_secret_env)
+            if not secret:
+                raise ConfigurationError(f"{where}: {self.client_secret_env} is not set")
+            return secret
+        if self.client_secret_file:
+            try:
+                secret = Path(self.client_secret_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigurationError(
+                    f"{where}: cannot read client_secret_file {self.client_secret_file}"
+                ) from exc
+            if not secret:
+                raise ConfigurationError(f"{where}: {self.client_secret_file} is empty")
+            return secret
+        return None
 
 
 def default_data_dir() -> Path:
@@ -128,6 +270,15 @@ class Settings(BaseModel):
     """The logo on every page: an https URL, or a path on this server."""
     accent_color: str = "#2f5bd3"
     """The pages' button and icon colour, `#rrggbb`."""
+    upstream: tuple[UpstreamProvider, ...] = ()
+    """OpenID Connect providers people sign in with, one `[[mcpauth.upstream]]` table each
+    (a JSON array in the environment); their keys are listed below."""
+    local_accounts: bool = True
+    """Whether the sign-in page offers username and password (accounts made with `mcpauth
+    users add`); false leaves only the upstream providers' buttons."""
+    upstream_timeout: float = Field(default=10.0, gt=0, le=60)
+    """Seconds each call to an upstream provider (its configuration, keys, token endpoint)
+    may take in all."""
 
     @field_validator("issuer")
     @classmethod
@@ -150,6 +301,21 @@ class Settings(BaseModel):
             raise ValueError("must be a colour written #rrggbb")
         return value.lower()
 
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: tuple[UpstreamProvider, ...]) -> tuple[UpstreamProvider, ...]:
+        ids = [provider.id for provider in value]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"two providers with the id {twice[0]!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _someone_can_sign_in(self) -> Settings:
+        if not self.local_accounts and not self.upstream:
+            raise ValueError("local_accounts = false needs at least one upstream provider")
+        return self
+
     @property
     def is_https(self) -> bool:
         return self.issuer.startswith("https://")
@@ -159,7 +325,14 @@ def _coerce_env(name: str, value: str) -> Any:
     """An environment variable's text as the setting's type asks for it: a tuple from a
     comma-separated list, a table from JSON; everything else (numbers, booleans such as
     ``true``/``1``/``off``) is left to the model's own validation."""
-    shape = get_origin(Settings.model_fields[name].annotation)
+    annotation = Settings.model_fields[name].annotation
+    shape = get_origin(annotation)
+    items = get_args(annotation)
+    if shape is tuple and items and isinstance(items[0], type) and issubclass(items[0], BaseModel):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a JSON array") from exc
     if shape is dict:
         try:
             return json.loads(value)
@@ -218,16 +391,24 @@ def load_settings(
         raise ConfigurationError(f"{where}: {first['msg']}") from exc
 
 
-def _default(name: str) -> str:
-    field = Settings.model_fields[name]
+def _default(name: str, model: type[BaseModel] = Settings) -> str:
+    field = model.model_fields[name]
     if field.default_factory is not None:
         return "per-user data directory" if name == "database_url" else "(empty)"
     value = field.default
+    if field.is_required():
+        return "required"
     if value is None or value == () or value == {}:
         return "(unset)"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, tuple):
+        return "`" + " ".join(value) + "`"
     return f"`{value}`"
+
+
+def _meaning(field: Any) -> str:
+    return " ".join((field.description or "").split()).replace("|", "\\|")
 
 
 def reference() -> str:
@@ -245,7 +426,19 @@ def reference() -> str:
         "| --- | --- | --- | --- |",
     ]
     for name, field in Settings.model_fields.items():
-        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
         env = ENV_PREFIX + name.upper()
-        lines.append(f"| `{name}` | `{env}` | {_default(name)} | {meaning} |")
+        lines.append(f"| `{name}` | `{env}` | {_default(name)} | {_meaning(field)} |")
+    lines += [
+        "",
+        "## Upstream identity providers",
+        "",
+        "Each `[[mcpauth.upstream]]` table (each object of the `MCPAUTH_UPSTREAM` JSON array)",
+        "has these keys:",
+        "",
+        "| key | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for name, field in UpstreamProvider.model_fields.items():
+        default = _default(name, UpstreamProvider)
+        lines.append(f"| `{name}` | {default} | {_meaning(field)} |")
     return "\n".join(lines) + "\n"

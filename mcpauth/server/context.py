@@ -16,6 +16,7 @@ from mcpauth.server.clients.directory import ClientDirectory
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
+from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.storage.database import Database
 from mcpauth.server.tokens.keys import KeyManager
@@ -35,6 +36,7 @@ class ServerContext:
     cookie_secret: bytes
     idps: IdentityProviders
     clients: ClientDirectory
+    upstream: UpstreamProviders
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
 
@@ -84,4 +86,10 @@ def build_context(
         cookie_secret=derive_key(secret, f"mcpauth cookies {settings.issuer}"),
         idps=IdentityProviders(settings.trusted_idps),
         clients=ClientDirectory(settings, ssl_context=ssl_context),
+        upstream=UpstreamProviders(
+            settings.upstream,
+            key=derive_key(secret, f"mcpauth upstream sign-in {settings.issuer}"),
+            timeout=settings.upstream_timeout,
+            clock=clock,
+        ),
     )

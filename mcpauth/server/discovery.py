@@ -9,6 +9,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth import dpop
 from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.server.clients.assertions import SIGNING_ALGS
@@ -49,6 +50,7 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
         authorization_response_iss_parameter_supported=True,
         client_id_metadata_document_supported=settings.cimd_enabled,
         subject_types_supported=["public"],
+        dpop_signing_alg_values_supported=list(dpop.ALGORITHMS),
     )
     return document.to_json()
 

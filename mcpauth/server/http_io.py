@@ -226,3 +226,9 @@ def oauth_errors(endpoint: Endpoint) -> Endpoint:
             return error_response(error)
 
     return wrapped
+
+
+def client_ip(request: Request) -> str:
+    """The requester's address: behind ``trusted_proxies`` the one they forwarded (the app's
+    proxy-headers middleware has rewritten ``request.client`` by then), else the peer's."""
+    return request.client.host if request.client else "unknown"

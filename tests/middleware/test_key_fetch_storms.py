@@ -15,7 +15,6 @@ import pytest
 from mcpauth.errors import TemporarilyUnavailable
 from mcpauth.middleware import (
     IntrospectionVerifier,
-    JWKSCache,
     JWTVerifier,
     ProtectedResourceMiddleware,
 )
@@ -69,8 +68,7 @@ async def test_concurrent_requests_while_the_as_is_down_cause_a_bounded_number_o
     clock = Clock()
     responses: list[httpx.Response] = []
     async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
-        keys = JWKSCache(ISSUER, http=http, clock=clock, failure_backoff=2.0)
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=keys)
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http, clock=clock, failure_backoff=2.0)
         app = ProtectedResourceMiddleware(
             recording_app, resource=RESOURCE, authorization_servers=[ISSUER], verifier=verifier
         )
@@ -113,8 +111,9 @@ async def test_the_back_off_grows_with_each_failure_and_is_bounded(
     clock = Clock()
     delays: list[int] = []
     async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
-        keys = JWKSCache(ISSUER, http=http, clock=clock, failure_backoff=1.0, max_failure_backoff=8)
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=keys)
+        verifier = JWTVerifier(
+            ISSUER, RESOURCE, http=http, clock=clock, failure_backoff=1.0, max_failure_backoff=8
+        )
         for _ in range(6):
             before = flaky.requests
             with pytest.raises(TemporarilyUnavailable) as failed:

@@ -8,7 +8,14 @@ import httpx
 import pytest
 from freezegun import freeze_time
 
-from mcpauth.errors import InvalidToken, ServerError, TemporarilyUnavailable
+from mcpauth.errors import (
+    ConfigurationError,
+    FetchError,
+    InvalidToken,
+    OAuthError,
+    ServerError,
+    TemporarilyUnavailable,
+)
 from mcpauth.middleware import (
     IntrospectionVerifier,
     JWKSCache,
@@ -45,7 +52,7 @@ async def test_jwks_uri_is_discovered_from_rfc_8414_metadata_and_cached(
 async def test_jwks_uri_falls_back_to_openid_connect_discovery() -> None:
     server = FakeAuthorizationServer(metadata_path="openid-configuration")
     async with server.http_client() as http:
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=JWKSCache(ISSUER, http=http))
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
         verified = await verifier.verify_token(server.mint())
     assert verified.subject == "alice"
     assert server.fetches["metadata"] == 2
@@ -54,7 +61,7 @@ async def test_jwks_uri_falls_back_to_openid_connect_discovery() -> None:
 async def test_metadata_naming_another_issuer_is_not_used() -> None:
     server = FakeAuthorizationServer(metadata_issuer="https://evil.example.com")
     async with server.http_client() as http:
-        verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=JWKSCache(ISSUER, http=http))
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
         with pytest.raises(TemporarilyUnavailable):
             await verifier.verify_token(server.mint())
     assert "jwks" not in server.fetches
@@ -162,12 +169,8 @@ async def test_several_authorization_servers_are_each_trusted_for_their_own_toke
     async with first.http_client() as h1, second.http_client() as h2:
         verifier = MultiIssuerVerifier(
             {
-                first.issuer: JWTVerifier(
-                    issuer=first.issuer, resource=RESOURCE, keys=JWKSCache(first.issuer, http=h1)
-                ),
-                second.issuer: JWTVerifier(
-                    issuer=second.issuer, resource=RESOURCE, keys=JWKSCache(second.issuer, http=h2)
-                ),
+                first.issuer: JWTVerifier(first.issuer, RESOURCE, http=h1),
+                second.issuer: JWTVerifier(second.issuer, RESOURCE, http=h2),
             }
         )
         assert (await verifier.verify_token(first.mint())).issuer == first.issuer
@@ -306,3 +309,105 @@ async def test_a_custom_verifier_satisfies_the_token_verifier_protocol(
         refused = await client.get("/mcp", headers=bearer("nope"))
     assert (ok.status_code, refused.status_code) == (200, 401)
     assert recording_app.calls[0]["subject"] == "carol"
+
+
+async def test_a_given_jwks_uri_is_used_without_discovery() -> None:
+    server = FakeAuthorizationServer()
+    async with server.http_client() as http:
+        verifier = JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", http)
+        assert (await verifier.verify_token(server.mint())).resource == RESOURCE
+        with pytest.raises(InvalidToken, match="not issued for this resource"):
+            await verifier.verify_token(server.mint(aud=OTHER_RESOURCE))
+    assert server.fetches == {"jwks": 1}
+
+
+async def test_the_old_keywords_still_verify_with_a_deprecation_warning() -> None:
+    server = FakeAuthorizationServer()
+    async with server.http_client() as http:
+        keys = JWKSCache(ISSUER, http=http)
+        with pytest.warns(DeprecationWarning, match="is deprecated") as warned:
+            verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=keys)
+        messages = [str(w.message) for w in warned]
+        assert any(
+            "resource=...) is deprecated: pass the resource URI as audience" in m for m in messages
+        )
+        assert any(
+            "keys=JWKSCache(...)) is deprecated: pass jwks_uri= and http=" in m for m in messages
+        )
+        assert all(w.filename == __file__ for w in warned)  # they point at the caller's line
+        assert verifier.keys is keys
+        assert (verifier.audience, verifier.resource) == (RESOURCE, RESOURCE)
+        assert (await verifier.verify_token(server.mint())).resource == RESOURCE
+        with pytest.raises(InvalidToken, match="not issued for this resource"):
+            await verifier.verify_token(server.mint(aud=OTHER_RESOURCE))
+        await verifier.aclose()
+        assert not http.is_closed  # the given key cache and its client stay the caller's
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_verifier_refuses_contradictory_or_missing_audiences_and_key_sources() -> None:
+    with pytest.raises(TypeError, match="needs the audience"):
+        JWTVerifier(ISSUER)
+    with pytest.raises(TypeError, match="audience or the deprecated resource, not both"):
+        JWTVerifier(ISSUER, RESOURCE, resource=OTHER_RESOURCE)
+    contradictory = "jwks_uri, http and the key cache options, or the deprecated keys"
+    with pytest.raises(TypeError, match=contradictory):
+        JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", keys=JWKSCache(ISSUER))
+    with pytest.raises(TypeError, match=contradictory):  # the options would be ignored
+        JWTVerifier(ISSUER, RESOURCE, keys=JWKSCache(ISSUER), failure_backoff=5.0)
+
+
+def test_the_key_cache_options_reach_the_key_cache_with_its_own_defaults() -> None:
+    tuned = JWTVerifier(ISSUER, RESOURCE, min_refresh_interval=5.0, max_cache_seconds=60.0)
+    assert (tuned.keys.min_refresh_interval, tuned.keys.max_cache_seconds) == (5.0, 60.0)
+    defaults, cache = JWTVerifier(ISSUER, RESOURCE).keys, JWKSCache(ISSUER)
+    assert (defaults.min_refresh_interval, defaults.default_cache_seconds) == (
+        cache.min_refresh_interval,
+        cache.default_cache_seconds,
+    )
+
+
+async def test_a_failed_key_fetch_is_logged_as_the_one_fetch_error_and_answered_plainly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mcpauth.server.clients import ssrf
+
+    server = FakeAuthorizationServer(metadata_issuer="https://evil.example.com")
+    async with server.http_client() as http:
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
+        with pytest.raises(TemporarilyUnavailable) as caught:
+            await verifier.verify_token(server.mint())
+    cause = caught.value.__cause__
+    assert isinstance(cause, FetchError)
+    assert FetchError is ssrf.FetchError  # the server's fetcher raises the same class
+    assert not isinstance(cause, OAuthError)  # never sent as is
+    assert "names issuer 'https://evil.example.com'" in cause.message
+    assert cause.message in caplog.text
+    assert "example.com" not in caught.value.description
+
+
+async def test_a_fetch_error_from_a_verifier_of_your_own_is_a_plain_503_not_a_500(
+    protect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class FetchesItsOwnKeys:
+        async def verify_token(self, token: str) -> VerifiedToken:
+            raise FetchError("https://keys.internal.example/jwks answered 502")
+
+    async with client_for(protect(verifier=FetchesItsOwnKeys())) as client:
+        response = await client.get("/mcp", headers=bearer("t"))
+    assert response.status_code == 503
+    assert response.json()["error"] == "temporarily_unavailable"
+    assert "internal" not in response.text  # the URL is logged, never sent
+    assert "https://keys.internal.example/jwks answered 502" in caplog.text
+    assert "www-authenticate" not in response.headers  # a 503 is no challenge (RFC 6750 §3)
+
+
+def test_an_introspection_endpoint_that_is_not_https_is_refused_at_construction() -> None:
+    client_id, secret = INTROSPECTION_CLIENT
+    options: dict[str, Any] = {"resource": RESOURCE, "client_id": client_id}
+    with pytest.raises(ConfigurationError, match="https is required"):
+        IntrospectionVerifier(client_secret=secret, endpoint="http://as.example.com/i", **options)
+    loopback = IntrospectionVerifier(
+        client_secret=secret, endpoint="http://127.0.0.1:9000/introspect", **options
+    )
+    assert loopback.endpoint == "http://127.0.0.1:9000/introspect"

@@ -100,6 +100,8 @@ async def test_asx2_grant_is_advertised_when_identity_providers_are_trusted(
     [
         ({"typ": "JWT"}, "invalid_grant"),
         ({"aud": "https://other-as.example"}, "invalid_grant"),
+        ({"aud": [{"issuer": ISSUER}]}, "invalid_grant"),  # an object names nobody (was a 500)
+        ({"aud": [7, "https://other-as.example"]}, "invalid_grant"),
         ({"client_id": "someone-else"}, "invalid_grant"),
         ({"iss": "https://untrusted-idp.example"}, "invalid_grant"),
         ({"exp": int(time.time()) - 100}, "invalid_grant"),

@@ -21,8 +21,10 @@ from starlette.applications import Starlette
 
 from mcpauth import jwt
 from mcpauth.server import Settings, admin, create_app
-from mcpauth.server.browser.display import MAX_NAME
+from mcpauth.server.clients.records import MAX_NAME
 from mcpauth.server.clients.ssrf import FetchedResponse
+from mcpauth.server.identity.accounts import MAX_EMAIL
+from mcpauth.server.identity.accounts import MAX_NAME as MAX_UPSTREAM_NAME
 from mcpauth.server.operations import size_limits as limits
 from mcpauth.server.storage.models import (
     Client,
@@ -57,7 +59,7 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # document whose whole size the request body limit bounds).
 CEILINGS: dict[str, int | str] = {
     "users.id": "server",
-    "users.username": limits.MAX_USERNAME_LENGTH,  # the ID-JAG iss#sub; else operator
+    "users.username": limits.MAX_USERNAME_LENGTH,  # an upstream iss#sub; else operator
     "users.password_hash": "server",
     "clients.client_id": limits.MAX_CLIENT_ID_URL_LENGTH,  # or a server-made id
     "clients.secret_digest": "digest",
@@ -99,6 +101,7 @@ CEILINGS: dict[str, int | str] = {
     "refresh_tokens.client_id": "copy",
     "refresh_tokens.scope": "copy",
     "refresh_tokens.resource": "copy",
+    "refresh_tokens.dpop_jkt": "digest",  # an RFC 7638 thumbprint: base64url SHA-256, 43
     "consents.user_id": "copy",
     "consents.client_id": "copy",
     "consents.resource": "copy",
@@ -114,6 +117,17 @@ CEILINGS: dict[str, int | str] = {
     "revoked_access_tokens.jti": "server",  # only of tokens this server signed
     "used_assertions.key": "digest",
     "rate_counters.key": "operator",  # rate:<issuer path>/<route>:ip:<address_in_key>
+    # sign-in through upstream OpenID providers (the provider's values are the operator's)
+    "upstream_identities.issuer": "operator",
+    "upstream_identities.subject": limits.MAX_SUBJECT_LENGTH,  # a longer ID token sub is refused
+    "upstream_identities.user_id": "copy",
+    "upstream_identities.provider_id": "operator",
+    "upstream_identities.email": MAX_EMAIL,  # a longer email claim is kept as none
+    "upstream_identities.name": MAX_UPSTREAM_NAME,  # a longer name claim is cut
+    "upstream_logins.digest": "digest",
+    "upstream_logins.provider_id": "operator",
+    "upstream_logins.interaction_id": "copy",
+    "upstream_logins.session_digest": "digest",
 }
 
 

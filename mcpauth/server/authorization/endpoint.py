@@ -20,11 +20,11 @@ from mcpauth.errors import (
 )
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.outcomes import AuthorizationRequest, error_redirect, see_other
-from mcpauth.server.authorization.redirect_uris import redirect_uri_matches
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
 from mcpauth.server.clients.directory import requests_from
 from mcpauth.server.clients.records import find_client
+from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.http_io import media_type, read_body

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from mcpauth.server.authorization.outcomes import see_other
 from mcpauth.server.browser.display import ClientView
 from mcpauth.server.browser.interaction import client_view_of
-from mcpauth.server.browser.login import attempt_login, refuse_cross_site
+from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
@@ -26,7 +26,7 @@ from mcpauth.server.browser.sessions import (
 )
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grant_store
+from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.lookups import get_client, get_resource
 from mcpauth.server.storage.models import Grant, User
 from mcpauth.server.threads import run_blocking
@@ -52,6 +52,8 @@ def _login_page(
         username=username,
         action=ctx.endpoint_url("account/login"),
         csrf_token=csrf_token(ctx, browser, LOGIN_PURPOSE),
+        local_accounts=ctx.settings.local_accounts,
+        providers=provider_buttons(ctx, browser, "account"),
     )
 
 
@@ -140,7 +142,7 @@ def _account_view(
             client = get_client(session, revoked)
             name = client_view_of(client).name if client else "The application"
             notice = f"Access for {name} was revoked."
-        return user.username, _applications(ctx, session, user_id), notice
+        return identities.display_name(session, user), _applications(ctx, session, user_id), notice
 
 
 async def page(request: Request) -> Response:

@@ -5,24 +5,13 @@ client details are believable enough to show (https, same site as the client).""
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import idna
 
+from mcpauth.server.clients.records import clean_name
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
-
-MAX_NAME = 80
-# Unicode categories never shown in a name: controls, format characters (bidi overrides,
-# zero-width joiners), surrogates, private use and unassigned code points.
-_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn"}
-
-
-def clean_name(name: str) -> str:
-    """``name`` without hidden characters, its white space collapsed, at most 80 characters."""
-    visible = "".join(ch for ch in name if unicodedata.category(ch) not in _HIDDEN)
-    return " ".join(visible.split())[:MAX_NAME].strip()
 
 
 def ascii_host(host: str) -> tuple[str, bool]:

@@ -17,9 +17,8 @@ from mcpauth.server.authorization.outcomes import (
     issue_code,
     see_other,
 )
-from mcpauth.server.authorization.redirect_uris import all_loopback
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view
-from mcpauth.server.browser.login import attempt_login, refuse_cross_site
+from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
@@ -28,9 +27,10 @@ from mcpauth.server.browser.sessions import (
     load_session,
     save_session,
 )
+from mcpauth.server.clients.redirect_uris import all_loopback
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grant_store
+from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.lookups import get_client, get_resource
 from mcpauth.server.storage.models import Client, Interaction, User
 from mcpauth.server.threads import run_blocking
@@ -114,6 +114,7 @@ def _consent_page(
         granted = grant_store.consented_scopes(
             session, browser.user_id or "", client.client_id, req.resource
         )
+        shown_name = identities.display_name(session, user) if user else ""
     descriptions = resource.scopes if resource else {}
     view = client_view_of(client)
     new = [s for s in req.scopes if s not in granted]
@@ -121,7 +122,7 @@ def _consent_page(
         "consent.html",
         img_origins=view.img_origins,
         client=view,
-        username=user.username if user else "",
+        username=shown_name,
         resource=req.resource,
         resource_name=(resource.name if resource and resource.name else req.resource),
         scopes=[
@@ -156,6 +157,8 @@ def _login_page(
         username=username,
         action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
         csrf_token=csrf_token(ctx, browser, f"login:{interaction_id}"),
+        local_accounts=ctx.settings.local_accounts,
+        providers=provider_buttons(ctx, browser, interaction_id),
     )
 
 

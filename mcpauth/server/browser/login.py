@@ -1,6 +1,7 @@
 """Password sign-in shared by the authorization interaction and the account page: Origin and
 CSRF checks, throttling per account and per client IP through the database, argon2id
-verification off the event loop (docs/security.md T10, T20)."""
+verification off the event loop (docs/security.md T10, T20); refused outright when
+``local_accounts`` is off. Also the upstream providers' buttons both pages show."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from starlette.responses import Response
 
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.pages import error_page, render
-from mcpauth.server.browser.sessions import BrowserSession, csrf_valid, sign_in
+from mcpauth.server.browser.sessions import BrowserSession, csrf_token, csrf_valid, sign_in
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
+from mcpauth.server.http_io import client_ip
 from mcpauth.server.identity.passwords import verify_password
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
@@ -28,6 +30,34 @@ from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
 
 IP_FAILURES_PER_ACCOUNT_LIMIT = 4  # an address may fail this many times more than one account
+
+
+@dataclass(frozen=True)
+class ProviderButton:
+    """One upstream provider's button: a form POST with its own CSRF token."""
+
+    name: str
+    action: str
+    csrf_token: str
+
+
+def upstream_purpose(target: str) -> str:
+    """The CSRF purpose of the provider buttons for ``target``: an interaction id, or
+    ``account``."""
+    return f"upstream:{target}"
+
+
+def provider_buttons(
+    ctx: ServerContext, browser: BrowserSession, target: str
+) -> list[ProviderButton]:
+    """The buttons starting sign-in through each upstream provider, for an interaction's
+    sign-in page (``target`` its id) or the account page (``target`` ``account``)."""
+    base = f"interaction/{target}/upstream" if target != "account" else "account/upstream"
+    token = csrf_token(ctx, browser, upstream_purpose(target))
+    return [
+        ProviderButton(provider.name, ctx.endpoint_url(f"{base}/{provider.id}/login"), token)
+        for provider in ctx.upstream
+    ]
 
 
 @dataclass
@@ -62,11 +92,6 @@ def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
     page = render("locked.html", 429, wait=wait, until=until, retry_url=retry_url)
     page.headers["Retry-After"] = str(seconds)
     return page
-
-
-def client_ip(request: Request) -> str:
-    # uvicorn rewrites request.client from X-Forwarded-For only for configured trusted proxies
-    return request.client.host if request.client else "unknown"
 
 
 def account_key(username: str, address: str) -> str:
@@ -126,6 +151,16 @@ async def attempt_login(
     refused = refuse_cross_site(ctx, request)
     if refused is not None:
         return refused
+    if not ctx.settings.local_accounts:
+        return error_page(
+            "invalid_request",
+            "This service doesn't sign in with a username and password. Use one of the "
+            "sign-in buttons instead.",
+            403,
+            title="Password sign-in is off",
+            back_url=retry_url,
+            back_label="Back to sign-in",
+        )
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):

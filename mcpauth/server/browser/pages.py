@@ -4,7 +4,6 @@ a Content-Security-Policy that allows no script at all)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ _HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
 }
-_HEX_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
 
 # The pages' colours, light and dark (the CSS custom properties of base.html). WCAG 2.2 AA:
 # text and muted text >= 4.5:1 on the page and the card, field borders and focus rings
@@ -90,10 +88,6 @@ def contrast(first: str, second: str) -> float:
     """WCAG 2.2 contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
     light, dark = sorted((_luminance(first), _luminance(second)), reverse=True)
     return (light + 0.05) / (dark + 0.05)
-
-
-def is_colour(value: str) -> bool:
-    return bool(_HEX_COLOUR.match(value))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from sqlmodel import select
 
 from mcpauth import oauth
 from mcpauth.errors import InvalidClient, InvalidClientMetadata
-from mcpauth.server.browser.display import clean_name
 from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.validation import ValidatedClient
 from mcpauth.server.context import ServerContext
@@ -22,6 +21,18 @@ from mcpauth.uris import MalformedURL, parse_url
 
 # Token endpoint client authentication methods this server implements (RFC 8414 order).
 AUTH_METHODS = oauth.AUTH_METHODS
+
+
+MAX_NAME = 80  # characters of a client name shown or compared
+# Unicode categories never shown in a name: controls, format characters (bidi overrides,
+# zero-width joiners), surrogates, private use and unassigned code points.
+_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+def clean_name(name: str) -> str:
+    """``name`` without hidden characters, its white space collapsed, at most 80 characters."""
+    visible = "".join(ch for ch in name if unicodedata.category(ch) not in _HIDDEN)
+    return " ".join(visible.split())[:MAX_NAME].strip()
 
 
 def new_client_id() -> str:

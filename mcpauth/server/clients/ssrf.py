@@ -29,7 +29,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from mcpauth.errors import MCPAuthError
+from mcpauth.errors import FetchError as FetchError  # one FetchError; imported from here too
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, docs/security.md T21)
@@ -52,15 +52,6 @@ _SPECIAL_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, st
     (ipaddress.IPv6Network("fc00::/7"), "unique local (ULA)"),
     (ipaddress.IPv6Network("fec0::/10"), "site-local"),
 )
-
-
-class FetchError(MCPAuthError):
-    """A client-controlled URL was not fetched, or its response was refused; the message says
-    which rule and is safe to show to the person who configured the client."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
-from mcpauth.server.authorization.redirect_uris import check_redirect_uri, host_of
+from mcpauth.server.clients.redirect_uris import check_redirect_uri, host_of
 from mcpauth.server.operations.size_limits import (
     MAX_CONTACTS,
     MAX_NAME_LENGTH,

@@ -123,6 +123,8 @@ class RefreshToken(SQLModel, table=True):
     created_at: int
     expires_at: int
     rotated_at: int | None = None
+    # RFC 9449 §5: a public client's refresh token only works with proofs of this key
+    dpop_jkt: str | None = Field(default=None, max_length=64)
 
 
 class Consent(SQLModel, table=True):
@@ -200,3 +202,36 @@ class RateCounter(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=300)
     window_start: int
     count: int = 0
+
+
+class UpstreamIdentity(SQLModel, table=True):
+    """A person at an upstream OpenID provider, (issuer, subject), and the account they sign
+    in to; the claims are those of their last sign-in."""
+
+    __tablename__ = "upstream_identities"
+
+    issuer: str = Field(primary_key=True, max_length=300)
+    subject: str = Field(primary_key=True, max_length=255)
+    user_id: str = Field(max_length=64, index=True)
+    provider_id: str = Field(max_length=32)  # the provider configured when last used
+    email: str | None = Field(default=None, max_length=320)
+    email_verified: bool = False
+    name: str | None = Field(default=None, max_length=200)
+    created_at: int
+    last_login_at: int
+
+
+class UpstreamLogin(SQLModel, table=True):
+    """A sign-in sent to an upstream provider and not back yet: the digest of its ``state``,
+    the provider, the pending authorization (none: the account page) and the digest of the
+    browser session that may finish it. Single use; the PKCE verifier and the nonce are derived
+    from the state with a server key, so nothing here lets anyone finish it."""
+
+    __tablename__ = "upstream_logins"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    provider_id: str = Field(max_length=32)
+    interaction_id: str | None = Field(default=None, max_length=64)
+    session_digest: str = Field(max_length=64, index=True)
+    created_at: int
+    expires_at: int = Field(index=True)

@@ -6,12 +6,13 @@ replicas that race do no double work).
 What is dead:
 
 - authorization codes one code lifetime after they expired (a replay inside that margin still
-  revokes its grant); interactions and signed-in browser sessions once expired;
+  revokes its grant); interactions, signed-in browser sessions and pending upstream sign-ins
+  once expired;
 - refresh-token families whose grant was revoked or outlived ``refresh_token_ttl`` (reuse
   detection keeps working until then), then those grants;
 - revoked access-token ids and used assertion ids after their expiry;
 - rate counters and throttle rows after their window (and any lock) has passed;
-- consents whose client or user is gone;
+- consents whose client or user is gone, upstream identities whose user is gone;
 - self-registered clients (dynamic registration, metadata documents) older than
   ``self_registered_client_unused_ttl`` with no grant used within
   ``self_registered_client_idle_ttl`` (admin-registered clients never expire), then their
@@ -55,6 +56,8 @@ from mcpauth.server.storage.models import (
     RefreshToken,
     RevokedAccessToken,
     Throttle,
+    UpstreamIdentity,
+    UpstreamLogin,
     UsedAssertion,
     User,
 )
@@ -86,6 +89,8 @@ THROTTLES = _table(Throttle)
 CONSENTS = _table(Consent)
 CLIENTS = _table(Client)
 USERS = _table(User)
+UPSTREAM_LOGINS = _table(UpstreamLogin)
+UPSTREAM_IDENTITIES = _table(UpstreamIdentity)
 
 
 def _dead_grant(settings: Settings, now: int) -> ColumnElement[bool]:
@@ -164,6 +169,7 @@ RULES = (
     ),
     Rule("interactions", INTERACTIONS, lambda s, now: INTERACTIONS.c.expires_at < now),
     Rule("browser_sessions", SESSIONS, lambda s, now: SESSIONS.c.expires_at < now),
+    Rule("upstream_logins", UPSTREAM_LOGINS, lambda s, now: UPSTREAM_LOGINS.c.expires_at < now),
     Rule(
         "refresh_tokens",
         REFRESH,
@@ -198,6 +204,11 @@ RULES = (
             ~exists().where(CLIENTS.c.client_id == CONSENTS.c.client_id),
             ~exists().where(USERS.c.id == CONSENTS.c.user_id),
         ),
+    ),
+    Rule(
+        "upstream_identities",
+        UPSTREAM_IDENTITIES,
+        lambda s, now: ~exists().where(USERS.c.id == UPSTREAM_IDENTITIES.c.user_id),
     ),
 )
 

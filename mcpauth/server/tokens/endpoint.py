@@ -7,7 +7,9 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from mcpauth import dpop
 from mcpauth.errors import (
+    InvalidDPoPProof,
     InvalidRequest,
     OAuthError,
     UnauthorizedClient,
@@ -15,6 +17,7 @@ from mcpauth.errors import (
 )
 from mcpauth.jwt import compact_json
 from mcpauth.server.clients import authentication
+from mcpauth.server.clients.assertions import record_jti
 from mcpauth.server.clients.authentication import PresentedCredentials
 from mcpauth.server.context import ServerContext
 from mcpauth.server.http_io import (
@@ -58,12 +61,32 @@ def _audit(grant_type: str, client: Client, issuance: Issuance) -> None:
     )
 
 
+def _proven_key(ctx: ServerContext, proofs: list[str], client: Client) -> str | None:
+    """The thumbprint of the key a request's DPoP proof proves (RFC 9449 §4.3), its ``jti``
+    recorded for single use across replicas; None without a proof.
+
+    Raises:
+        InvalidDPoPProof: a check failed, or the proof was used before.
+    """
+    if not proofs:
+        return None
+    now = ctx.now()
+    proof = dpop.check_proof(proofs, method="POST", url=ctx.endpoint_url("token"), now=now)
+    with ctx.db.write() as session:
+        fresh = record_jti(session, f"dpop {proof.jkt}", proof.jti, proof.expires_at, now)
+    if not fresh:
+        audit("replay.detected", kind="dpop_proof", client_id=client.client_id)
+        raise InvalidDPoPProof("The DPoP proof was used before: make a new one per request")
+    return proof.jkt
+
+
 def _handle(
     ctx: ServerContext,
     form: dict[str, str],
     authorization: str | None,
     address: str,
     credentials: PresentedCredentials | None,
+    proofs: list[str],
 ) -> Issuance:
     grant_type = form.get("grant_type")
     if not grant_type:
@@ -76,7 +99,8 @@ def _handle(
     )
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
-    issuance = handler(ctx, client, form)
+    jkt = _proven_key(ctx, proofs, client)
+    issuance = handler(ctx, client, form, jkt=jkt)
     _audit(grant_type, client, issuance)
     return issuance
 
@@ -87,9 +111,10 @@ def _respond(
     authorization: str | None,
     address: str,
     credentials: PresentedCredentials | None,
+    proofs: list[str],
 ) -> bytes:
     """The whole token request in one worker thread: database, signing and JSON body."""
-    issuance = _handle(ctx, form, authorization, address, credentials)
+    issuance = _handle(ctx, form, authorization, address, credentials, proofs)
     return compact_json(issuance.response(ctx.keys.signer()))
 
 
@@ -143,6 +168,7 @@ class TokenEndpoint:
             return
         ctx: ServerContext = scope["app"].state.mcpauth
         content_type = authorization = length = None
+        proofs: list[str] = []
         for name, value in scope["headers"]:
             if name == b"content-type" and content_type is None:
                 content_type = value.decode("latin-1")
@@ -150,15 +176,20 @@ class TokenEndpoint:
                 authorization = value.decode("latin-1")
             elif name == b"content-length" and length is None:
                 length = value.decode("latin-1")
+            elif name == b"dpop":
+                proofs.append(value.decode("latin-1"))
         client = scope.get("client")
         address = client[0] if client else "unknown"
         try:
             require_form(content_type or "")
             form = parse_form(await receive_body(receive, length, ctx.settings.max_body_bytes))
             credentials = _credentials(authorization, form)
-            body = _answer_from_memory(ctx, form, credentials, address)
+            # a DPoP proof's jti is recorded in the database: never on the event loop
+            body = None if proofs else _answer_from_memory(ctx, form, credentials, address)
             if body is None:
-                body = await run_blocking(_respond, ctx, form, authorization, address, credentials)
+                body = await run_blocking(
+                    _respond, ctx, form, authorization, address, credentials, proofs
+                )
         except ClientDisconnect:
             return  # nobody left to answer
         except OAuthError as error:

@@ -10,11 +10,10 @@ from starlette.responses import Response
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError, UnauthorizedClient
-from mcpauth.server.browser.login import client_ip
 from mcpauth.server.clients.authentication import authenticate_request
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
-from mcpauth.server.http_io import NO_STORE, error_response, form_params, json_response
+from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.storage.models import Grant, RefreshToken, RevokedAccessToken
 from mcpauth.server.threads import run_blocking
 

@@ -22,11 +22,16 @@ class Issuance:
     scopes: list[str]
     refresh_token: str | None = None
 
+    def bind(self, jkt: str) -> None:
+        """Bind the access token to a DPoP key (RFC 9449 §6.1: ``cnf.jkt``)."""
+        self.claims["cnf"] = {"jkt": jkt}
+
     def response(self, signer: jwt.CompactSigner) -> dict[str, Any]:
-        """The token response, the access token signed by ``signer``."""
+        """The token response, the access token signed by ``signer``; a DPoP-bound token
+        says so in ``token_type`` (RFC 9449 §5)."""
         body: dict[str, Any] = {
             "access_token": signer.sign(self.claims),
-            "token_type": "Bearer",
+            "token_type": "DPoP" if "cnf" in self.claims else "Bearer",
             "expires_in": self.claims["exp"] - self.claims["iat"],
             "scope": " ".join(self.scopes),
         }
@@ -78,10 +83,17 @@ def for_grant(ctx: ServerContext, grant: Row[Any], scopes: list[str], now: int) 
 
 
 def add_refresh_token(
-    ctx: ServerContext, conn: Connection, grant: Row[Any], *, scope: str, now: int
+    ctx: ServerContext,
+    conn: Connection,
+    grant: Row[Any],
+    *,
+    scope: str,
+    now: int,
+    dpop_jkt: str | None = None,
 ) -> str:
     """A new refresh token in ``grant``'s family; it expires when idle too long or when the
-    family reaches its absolute lifetime, whichever is first."""
+    family reaches its absolute lifetime, whichever is first; ``dpop_jkt`` binds it to a DPoP
+    key."""
     token = new_token()
     family_end = grant.created_at + ctx.settings.refresh_token_ttl
     values = {
@@ -93,6 +105,7 @@ def add_refresh_token(
         "created_at": now,
         "expires_at": min(now + ctx.settings.refresh_token_idle_ttl, family_end),
         "rotated_at": None,
+        "dpop_jkt": dpop_jkt,
     }
     grant_store.add_refresh_token(conn, values, now)
     return token

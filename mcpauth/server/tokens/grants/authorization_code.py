@@ -33,7 +33,12 @@ def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None
 
 
 def _redeem(
-    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
+    ctx: ServerContext,
+    conn: Connection,
+    client: Client,
+    form: dict[str, str],
+    now: int,
+    jkt: str | None,
 ) -> Issuance | OAuthError:
     code_value = form.get("code")
     if not code_value:
@@ -60,13 +65,22 @@ def _redeem(
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
     issuance = for_grant(ctx, grant, code.scope.split(), now)
+    if jkt is not None:
+        issuance.bind(jkt)
     if "refresh_token" in client.grant_types or code.offline:
-        issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=code.scope, now=now)
+        # RFC 9449 §5: a public client's refresh token is bound to its DPoP key; a
+        # confidential client's already needs the client's own credentials
+        public = client.token_endpoint_auth_method == "none"
+        issuance.refresh_token = add_refresh_token(
+            ctx, conn, grant, scope=code.scope, now=now, dpop_jkt=jkt if public else None
+        )
     return issuance
 
 
-def exchange(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
-    """Redeem an authorization code.
+def exchange(
+    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """Redeem an authorization code (``jkt``: the DPoP key the request proved, if any).
 
     Raises:
         OAuthError: invalid_request, invalid_grant or invalid_target.
@@ -75,7 +89,7 @@ def exchange(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuan
     # The code is consumed (and a replay's revocation committed) even when a binding check
     # fails afterwards: a code presented wrongly once is never good again.
     with ctx.db.transaction() as conn:
-        outcome = _redeem(ctx, conn, client, form, now)
+        outcome = _redeem(ctx, conn, client, form, now, jkt)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome

@@ -15,7 +15,12 @@ GRANT = "client_credentials"
 
 
 def issue(
-    ctx: ServerContext, client: Client, form: dict[str, str], resources: Resources | None = None
+    ctx: ServerContext,
+    client: Client,
+    form: dict[str, str],
+    resources: Resources | None = None,
+    *,
+    jkt: str | None = None,
 ) -> Issuance:
     """Issue an access token to the client itself (``resources``: the registered resources
     when the caller already has them; no I/O then).
@@ -47,4 +52,7 @@ def issue(
         now=now,
         extra={"gty": GRANT},
     )
-    return Issuance(claims, scopes)
+    issuance = Issuance(claims, scopes)
+    if jkt is not None:
+        issuance.bind(jkt)
+    return issuance

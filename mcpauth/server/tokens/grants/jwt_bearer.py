@@ -60,7 +60,9 @@ def _check_claims(
     ctx: ServerContext, claims: dict[str, Any], client: Client, form: dict[str, str]
 ) -> str:
     aud = claims["aud"]
-    audiences = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+    # RFC 7519 §4.1.3: a string or an array of strings; any other member names nobody
+    listed = aud if isinstance(aud, list) else [aud]
+    audiences = {value for value in listed if isinstance(value, str)}
     if ctx.settings.issuer not in audiences:
         raise InvalidGrant("The assertion's aud must be this authorization server's issuer")
     if claims["client_id"] != client.client_id:
@@ -103,8 +105,10 @@ def _user_for(session: Session, username: str, now: int) -> str:
     return user.id
 
 
-def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
-    """Exchange an ID-JAG for an access token.
+def issue(
+    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """Exchange an ID-JAG for an access token (``jkt``: the DPoP key the request proved).
 
     Raises:
         OAuthError: invalid_request, invalid_grant, invalid_target or invalid_scope.
@@ -132,4 +136,7 @@ def issue(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
         scopes=scopes,
         now=now,
     )
-    return Issuance(token, scopes)
+    issuance = Issuance(token, scopes)
+    if jkt is not None:
+        issuance.bind(jkt)
+    return issuance

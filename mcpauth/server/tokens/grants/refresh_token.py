@@ -4,11 +4,12 @@ scopes may narrow, never widen; the resource stays the grant's."""
 
 from __future__ import annotations
 
+from hmac import compare_digest
 from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
+from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
@@ -34,7 +35,12 @@ def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthE
 
 
 def _rotate(
-    ctx: ServerContext, conn: Connection, client: Client, form: dict[str, str], now: int
+    ctx: ServerContext,
+    conn: Connection,
+    client: Client,
+    form: dict[str, str],
+    now: int,
+    jkt: str | None,
 ) -> Issuance | OAuthError:
     value = form.get("refresh_token")
     if not value:
@@ -51,6 +57,10 @@ def _rotate(
         return InvalidGrant("The refresh token has expired")
     # Validate the whole request before rotating: a refused refresh (a wider scope, another
     # resource) leaves the token usable, so the client's corrected retry is not taken for reuse.
+    if token.dpop_jkt is not None and (jkt is None or not compare_digest(jkt, token.dpop_jkt)):
+        return InvalidDPoPProof(
+            "The refresh token is bound to a DPoP key: present a proof signed with that key"
+        )
     try:
         scopes = _requested(form, token)
     except OAuthError as error:
@@ -58,20 +68,26 @@ def _rotate(
     if not grant_store.rotate_refresh_token(conn, token.digest, now):
         return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
     issuance = for_grant(ctx, grant, scopes, now)
-    # RFC 6749 §6: the new refresh token keeps the original scope
-    issuance.refresh_token = add_refresh_token(ctx, conn, grant, scope=token.scope, now=now)
+    if jkt is not None:
+        issuance.bind(jkt)
+    # RFC 6749 §6: the new refresh token keeps the original scope (and its DPoP key)
+    issuance.refresh_token = add_refresh_token(
+        ctx, conn, grant, scope=token.scope, now=now, dpop_jkt=token.dpop_jkt
+    )
     return issuance
 
 
-def refresh(ctx: ServerContext, client: Client, form: dict[str, str]) -> Issuance:
-    """Exchange a refresh token for new tokens.
+def refresh(
+    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """Exchange a refresh token for new tokens (``jkt``: the DPoP key the request proved).
 
     Raises:
         OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
     """
     now = ctx.now()
     with ctx.db.transaction() as conn:
-        outcome = _rotate(ctx, conn, client, form, now)
+        outcome = _rotate(ctx, conn, client, form, now, jkt)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome

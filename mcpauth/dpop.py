@@ -1,0 +1,242 @@
+"""DPoP proofs (RFC 9449), made and checked the same way by all three parts: the client makes
+them, the authorization server checks them at the token endpoint, the middleware at the
+protected resource.
+
+:func:`check_proof` is the whole of RFC 9449 §4.3 except the single use of ``jti``, which needs
+storage shared by the caller's replicas: it returns ``replay_key`` for that. Each failure raises
+:class:`~mcpauth.errors.InvalidDPoPProof` (or :class:`~mcpauth.errors.UseDPoPNonce`) with a
+description that names the rule, never the key or the proof.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import jwt as pyjwt
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from mcpauth import jwt
+from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
+
+PROOF_TYPE = "dpop+jwt"
+# What the server accepts and advertises (dpop_signing_alg_values_supported): asymmetric only.
+ALGORITHMS = ("ES256", "EdDSA", "RS256", "PS256")
+MAX_PROOF_LENGTH = 8192  # a proof with an RSA-4096 key is about 1.5 KiB
+MAX_AGE = 300  # seconds a proof is accepted after its iat
+CLOCK_SKEW = 30  # seconds a proof's iat may lie in the future
+_PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HEX = frozenset("0123456789abcdefABCDEF")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+@dataclass(frozen=True)
+class DPoPProof:
+    """A proof that passed every check: the thumbprint of its key (what ``cnf.jkt`` binds a
+    token to), its ``jti`` and ``iat``, and the key ``replay_key`` under which its single use
+    is recorded until ``iat + MAX_AGE``."""
+
+    jkt: str
+    jti: str
+    iat: int
+    replay_key: str
+
+    @property
+    def expires_at(self) -> int:
+        return self.iat + MAX_AGE + CLOCK_SKEW
+
+
+def _b64url_sha256(value: str) -> str:
+    digest = hashlib.sha256(value.encode("ascii")).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def access_token_hash(access_token: str) -> str:
+    """``ath``: base64url of the SHA-256 of the access token (RFC 9449 §4.2)."""
+    return _b64url_sha256(access_token)
+
+
+def _normal_path(path: str) -> str:
+    """Percent-encoding normalised (RFC 3986 §6.2.2): unreserved characters decoded, other
+    escapes in upper case; an empty path is ``/``."""
+    out: list[str] = []
+    i = 0
+    while i < len(path):
+        escape = path[i + 1 : i + 3]
+        if path[i] == "%" and len(escape) == 2 and all(c in _HEX for c in escape):
+            char = unquote("%" + escape)
+            out.append(char if len(char) == 1 and char in _UNRESERVED else "%" + escape.upper())
+            i += 3
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out) or "/"
+
+
+def normal_htu(url: str) -> str:
+    """The form in which ``htu`` and the request URI are compared (RFC 9449 §4.3 step 9): no
+    query or fragment; scheme and host in lower case; the scheme's default port dropped;
+    percent-encoding normalised.
+
+    Raises:
+        ValueError: not an absolute http(s) URL.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError("not an absolute http(s) URL")
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    netloc = host if port in (None, _DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{_normal_path(parts.path)}"
+
+
+def _public_key(header: Mapping[str, Any], alg: str) -> tuple[Any, str]:
+    jwk = header.get("jwk")
+    if not isinstance(jwk, dict):
+        raise InvalidDPoPProof("The DPoP proof's header must carry its public key as jwk")
+    if _PRIVATE_MEMBERS & jwk.keys():
+        raise InvalidDPoPProof("The DPoP proof's jwk must hold a public key only")
+    try:
+        if jwt.algorithm_for_jwk({**jwk, "alg": alg}) != alg:
+            raise ValueError("the key does not admit this alg")
+        key = pyjwt.PyJWK(dict(jwk), algorithm=alg)
+        thumbprint = jwt.thumbprint(jwk)
+    except (ValueError, KeyError, TypeError, pyjwt.PyJWTError) as exc:
+        raise InvalidDPoPProof("The DPoP proof's jwk is not a usable key for its alg") from exc
+    if isinstance(key.key, rsa.RSAPublicKey) and not 2048 <= key.key.key_size <= 4096:
+        raise InvalidDPoPProof("The DPoP proof's RSA key must be 2048 to 4096 bits")
+    return key, thumbprint
+
+
+def _verified_claims(
+    values: Sequence[str], algorithms: Sequence[str]
+) -> tuple[dict[str, Any], str]:
+    """The claims of the one proof in ``values``, its signature verified with its own public
+    key of an allowed algorithm, and that key's thumbprint."""
+    if len(values) != 1:
+        raise InvalidDPoPProof(
+            "Exactly one DPoP header is required" if values else "A DPoP proof is required"
+        )
+    proof = values[0].strip()
+    if not proof or len(proof) > MAX_PROOF_LENGTH:
+        raise InvalidDPoPProof("The DPoP proof is empty or too long")
+    try:
+        header = pyjwt.get_unverified_header(proof)
+    except pyjwt.PyJWTError as exc:
+        raise InvalidDPoPProof("The DPoP proof is not a JWT") from exc
+    if header.get("typ") != PROOF_TYPE:
+        raise InvalidDPoPProof(f"The DPoP proof's typ must be {PROOF_TYPE}")
+    alg = header.get("alg")
+    if not isinstance(alg, str) or alg not in algorithms:
+        raise InvalidDPoPProof(f"The DPoP proof's alg must be one of {', '.join(algorithms)}")
+    key, thumbprint = _public_key(header, alg)
+    try:
+        claims = pyjwt.decode(
+            proof,
+            key.key,
+            algorithms=[alg],
+            options={"verify_exp": False, "verify_iat": False, "verify_aud": False},
+        )
+    except pyjwt.InvalidSignatureError as exc:
+        raise InvalidDPoPProof("The DPoP proof's signature does not verify") from exc
+    except pyjwt.PyJWTError as exc:
+        raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
+    return claims, thumbprint
+
+
+def _check_request(claims: Mapping[str, Any], method: str, url: str, now: float) -> None:
+    """``jti``, ``htm``, ``htu`` and ``iat`` against the request and the clock."""
+    jti, htm, htu, iat = (claims.get(name) for name in ("jti", "htm", "htu", "iat"))
+    if not isinstance(jti, str) or not 8 <= len(jti) <= 256:
+        raise InvalidDPoPProof("The DPoP proof needs a jti of 8 to 256 characters")
+    if htm != method.upper():
+        raise InvalidDPoPProof("The DPoP proof's htm is not this request's method")
+    try:
+        same_uri = isinstance(htu, str) and normal_htu(htu) == normal_htu(url)
+    except ValueError:
+        same_uri = False
+    if not same_uri:
+        raise InvalidDPoPProof("The DPoP proof's htu is not this request's URI")
+    if not isinstance(iat, int) or isinstance(iat, bool):
+        raise InvalidDPoPProof("The DPoP proof needs a numeric iat")
+    if iat > now + CLOCK_SKEW or iat < now - MAX_AGE:
+        raise InvalidDPoPProof("The DPoP proof's iat is outside the accepted window")
+
+
+def check_proof(
+    values: Sequence[str],
+    *,
+    method: str,
+    url: str,
+    now: float | None = None,
+    algorithms: Sequence[str] = ALGORITHMS,
+    access_token: str | None = None,
+    nonce: str | None = None,
+    jkt: str | None = None,
+) -> DPoPProof:
+    """Check the ``DPoP`` header field(s) of a request to ``method`` ``url``.
+
+    ``access_token``: the token the request presents (a resource server): ``ath`` must be its
+    hash. ``nonce``: the nonce the server currently expects (a missing or other one raises
+    :class:`UseDPoPNonce`, whose caller sends a fresh one). ``jkt``: the thumbprint the
+    presented token is bound to (``cnf.jkt``).
+
+    Raises:
+        InvalidDPoPProof: no, several or a malformed proof; any RFC 9449 §4.3 check failed.
+        UseDPoPNonce: the server requires a nonce and the proof has none or an old one.
+    """
+    claims, thumbprint = _verified_claims(values, algorithms)
+    _check_request(claims, method, url, time.time() if now is None else now)
+    if nonce is not None and claims.get("nonce") != nonce:
+        raise UseDPoPNonce("Use the nonce the server sent in DPoP-Nonce")
+    if access_token is not None:
+        ath = claims.get("ath")
+        if not isinstance(ath, str) or not secrets.compare_digest(
+            ath, access_token_hash(access_token)
+        ):
+            raise InvalidDPoPProof("The DPoP proof's ath does not match the access token")
+    if jkt is not None and not secrets.compare_digest(thumbprint, jkt):
+        raise InvalidDPoPProof("The DPoP proof's key is not the key the token is bound to")
+    jti = str(claims["jti"])
+    return DPoPProof(
+        jkt=thumbprint,
+        jti=jti,
+        iat=int(claims["iat"]),
+        replay_key=_b64url_sha256(f"{thumbprint}:{jti}"),
+    )
+
+
+def make_proof(
+    key: jwt.PrivateKey,
+    *,
+    alg: str,
+    method: str,
+    url: str,
+    access_token: str | None = None,
+    nonce: str | None = None,
+    now: float | None = None,
+) -> str:
+    """A DPoP proof for one request, signed with ``key`` (the client side)."""
+    public = jwt.public_jwk(key.public_key(), kid="", alg=alg)
+    public = {k: v for k, v in public.items() if k not in ("kid", "alg", "use")}
+    claims: dict[str, Any] = {
+        "jti": secrets.token_urlsafe(16),
+        "htm": method.upper(),
+        "htu": normal_htu(url),
+        "iat": int(time.time() if now is None else now),
+    }
+    if access_token is not None:
+        claims["ath"] = access_token_hash(access_token)
+    if nonce is not None:
+        claims["nonce"] = nonce
+    return pyjwt.encode(claims, key, algorithm=alg, headers={"typ": PROOF_TYPE, "jwk": public})

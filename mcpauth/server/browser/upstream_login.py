@@ -1,0 +1,437 @@
+"""Sign-in through an upstream OpenID provider, in the browser (docs/security.md T34-T36, T38).
+
+A provider's button on the sign-in page (or the account page) is a form POST, checked like
+every form (Origin, a CSRF token bound to the session and the page); it stores a pending
+sign-in under the digest of a fresh ``state`` (bound to the provider, the pending authorization
+and this browser's session, single use, expiring with the authorization) and sends the browser
+to the provider with PKCE and a nonce. The provider sends it back to
+``/upstream/<provider>/callback``; the callback takes the pending sign-in (once), refuses a
+response meant for another provider, another browser or another issuer (RFC 9207 ``iss``),
+redeems the code, validates the ID token, applies the provider's policy, and only then finds or
+makes the account and signs the browser in. Every refusal is a page in plain words with a way
+back to the sign-in page; nothing is stored and no account is made for it, and no refusal ever
+redirects anywhere but this server's own pages."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mcpauth.server.authorization.outcomes import AuthorizationRequest, see_other
+from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
+from mcpauth.server.browser.pages import error_page
+from mcpauth.server.browser.sessions import (
+    BrowserSession,
+    csrf_valid,
+    load_session,
+    save_session,
+    sign_in,
+)
+from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.crypto import digest, matches, new_token
+from mcpauth.server.identity.accounts import Refused, admit
+from mcpauth.server.identity.id_tokens import IDTokenError
+from mcpauth.server.identity.upstream import (
+    Provider,
+    ProviderMetadata,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage.models import Interaction, UpstreamLogin
+from mcpauth.server.threads import run_blocking
+
+ACCOUNT = "account"  # the target of a sign-in started on the account page
+MAX_LOGIN_SECONDS = 600  # a pending upstream sign-in lives at most this long
+MAX_STATE_LENGTH = 200
+_RESPONSE_PARAMETERS = ("state", "code", "iss", "error")
+_STATE = re.compile(r"^(account|[0-9a-f]{32})\.[A-Za-z0-9_-]{43}$")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A page refusing the sign-in: its status, title and words, and the reason logged."""
+
+    reason: str
+    status: int
+    title: str
+    message: str
+    error: str = "access_denied"  # the code the page shows (for support)
+
+
+def callback_url(ctx: ServerContext, provider: Provider) -> str:
+    """The redirect URI registered at the provider."""
+    return ctx.endpoint_url(f"upstream/{provider.id}/callback")
+
+
+def _back(ctx: ServerContext, target: str | None) -> str | None:
+    """The sign-in page to go back to: the pending authorization's, or the account page."""
+    if target is None:
+        return None
+    return ctx.endpoint_url(ACCOUNT if target == ACCOUNT else f"interaction/{target}")
+
+
+def _refusal_page(ctx: ServerContext, refusal: Refusal, target: str | None) -> Response:
+    back = _back(ctx, target)
+    return error_page(
+        refusal.error,
+        refusal.message
+        + ("" if back else " Go back to the application you came from and start again."),
+        refusal.status,
+        title=refusal.title,
+        back_url=back,
+        back_label="Back to sign-in",
+    )
+
+
+def _unknown_provider() -> Response:
+    return error_page(
+        "not_found",
+        "This sign-in option doesn't exist (any more). Go back and choose another.",
+        404,
+        title="Sign-in option not found",
+    )
+
+
+def _unavailable(provider: Provider, reason: str) -> Refusal:
+    slow = reason == "timeout"
+    return Refusal(
+        f"upstream_{reason}",
+        504 if slow else 502,
+        f"{provider.name} is not responding" if slow else f"{provider.name} can't be reached",
+        f"{provider.name} did not answer in time, so you were not signed in. Try again in a "
+        "moment, or sign in another way."
+        if slow
+        else f"Signing in with {provider.name} is not possible right now. Try again in a "
+        "moment, or sign in another way.",
+        error="temporarily_unavailable",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the button
+
+
+def _pending_interaction(
+    ctx: ServerContext, interaction_id: str, sid: str
+) -> tuple[Interaction, AuthorizationRequest] | None:
+    with ctx.db.read() as session:
+        interaction = grant_store.live_interaction(session, interaction_id, ctx.now())
+    if interaction is None:
+        return None
+    request = AuthorizationRequest.from_dict(interaction.request)
+    return (interaction, request) if request.sid == sid else None
+
+
+def _store_login(ctx: ServerContext, login: UpstreamLogin) -> None:
+    with ctx.db.write() as session:
+        identities.add_login(session, login)
+
+
+async def _start(
+    ctx: ServerContext,
+    request: Request,
+    browser: BrowserSession,
+    provider_id: str,
+    target: str,
+) -> Response:
+    provider = ctx.upstream.get(provider_id)
+    if provider is None:
+        return _unknown_provider()
+    refused = refuse_cross_site(ctx, request)
+    if refused is not None:
+        return refused
+    form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
+    token = form.get("csrf_token")
+    back = _back(ctx, target)
+    if not csrf_valid(
+        ctx, browser, upstream_purpose(target), token if isinstance(token, str) else None
+    ):
+        return error_page(
+            "invalid_request",
+            "The sign-in page had expired, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=back,
+            back_label="Back to sign-in",
+        )
+    now = ctx.now()
+    expires_at = now + MAX_LOGIN_SECONDS
+    prompt = None
+    if target != ACCOUNT:
+        pending = await run_blocking(_pending_interaction, ctx, target, browser.sid)
+        if pending is None:
+            return error_page(
+                "invalid_request",
+                "This sign-in request has expired, was already used or belongs to another "
+                "browser. Go back to the application and start again.",
+                400,
+                title="This page has expired",
+            )
+        interaction, authorization = pending
+        expires_at = min(expires_at, interaction.expires_at)
+        prompt = "login" if authorization.prompt == "login" else None
+    try:
+        metadata = await ctx.upstream.metadata(provider)
+    except UpstreamUnavailable as exc:
+        audit("upstream.unavailable", provider=provider.id, reason=exc.reason)
+        return _refusal_page(ctx, _unavailable(provider, exc.reason), target)
+    state = f"{target}.{new_token()}"
+    login = UpstreamLogin(
+        digest=digest(state),
+        provider_id=provider.id,
+        interaction_id=None if target == ACCOUNT else target,
+        session_digest=digest(browser.sid),
+        created_at=now,
+        expires_at=expires_at,
+    )
+    await run_blocking(_store_login, ctx, login)
+    audit("upstream.started", provider=provider.id)
+    url = ctx.upstream.authorization_url(
+        provider,
+        metadata,
+        redirect_uri=callback_url(ctx, provider),
+        state=state,
+        prompt=prompt,
+    )
+    response = see_other(url)
+    save_session(ctx, browser, response)
+    return response
+
+
+async def start_for_interaction(request: Request) -> Response:
+    """POST /interaction/{interaction_id}/upstream/{provider_id}/login"""
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    interaction_id = request.path_params["interaction_id"]
+    if not re.fullmatch(r"[0-9a-f]{32}", interaction_id):
+        return error_page("not_found", "There is no sign-in request at this address.", 404)
+    return await _start(ctx, request, browser, request.path_params["provider_id"], interaction_id)
+
+
+async def start_for_account(request: Request) -> Response:
+    """POST /account/upstream/{provider_id}/login"""
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    return await _start(ctx, request, browser, request.path_params["provider_id"], ACCOUNT)
+
+
+# --------------------------------------------------------------------------------------------
+# the callback
+
+
+def _take_login(ctx: ServerContext, state: str) -> UpstreamLogin | None:
+    with ctx.db.write() as session:
+        return identities.take_login(session, digest(state), ctx.now())
+
+
+def _check_response(
+    ctx: ServerContext,
+    provider: Provider,
+    login: UpstreamLogin,
+    browser: BrowserSession,
+    metadata: ProviderMetadata,
+    params: dict[str, str],
+) -> Refusal | None:
+    """Whether this response may be redeemed here: the provider the sign-in was started with
+    (mix-up), this browser, the provider's ``iss`` (RFC 9207 §2.4), and no error."""
+    if login.provider_id != provider.id:
+        return Refusal(
+            "mix_up",
+            400,
+            "This sign-in was refused",
+            "The answer came back for another sign-in option than the one you chose, so it "
+            "was refused.",
+            error="invalid_request",
+        )
+    if not matches(browser.sid, login.session_digest):
+        return Refusal(
+            "other_browser",
+            403,
+            "This sign-in was refused",
+            "This sign-in was started in another browser or another window that has since "
+            "signed in or out.",
+            error="invalid_request",
+        )
+    iss = params.get("iss")
+    if (iss is not None and iss != metadata.issuer) or (
+        iss is None and metadata.iss_parameter_supported
+    ):
+        return Refusal(
+            "iss_mismatch",
+            400,
+            "This sign-in was refused",
+            f"The answer did not come from {provider.name}, so it was refused.",
+            error="invalid_request",
+        )
+    error = params.get("error")
+    if error == "access_denied":
+        return Refusal(
+            "cancelled",
+            400,
+            "Sign-in was cancelled",
+            f"Signing in with {provider.name} was cancelled, so you were not signed in.",
+        )
+    if error is not None:
+        return Refusal(
+            "upstream_error",
+            400,
+            f"{provider.name} could not sign you in",
+            f"{provider.name} could not sign you in, so you were not signed in. "
+            "Try again, or sign in another way.",
+        )
+    if not params.get("code"):
+        return Refusal(
+            "no_code",
+            400,
+            "This sign-in was refused",
+            f"The answer from {provider.name} was incomplete, so you were not signed in.",
+            error="invalid_request",
+        )
+    return None
+
+
+def _finish(
+    ctx: ServerContext,
+    browser: BrowserSession,
+    login: UpstreamLogin,
+    claims: identities.Claims,
+) -> tuple[identities.SignedIn | None, Refusal | None]:
+    """Find or make the account, then sign the browser in and move the pending authorization
+    to its new session id; nothing is written when the authorization has gone meanwhile."""
+    if login.interaction_id is not None:
+        pending = _pending_interaction(ctx, login.interaction_id, browser.sid)
+        if pending is None:
+            return None, Refusal(
+                "interaction_gone",
+                400,
+                "This page has expired",
+                "This sign-in request has expired or was already used.",
+                error="invalid_request",
+            )
+    try:
+        with ctx.db.write() as session:
+            signed_in = identities.sign_in(session, claims, login.provider_id, ctx.now())
+    except identities.AccountConflict:
+        return None, Refusal(
+            "account_conflict",
+            409,
+            "This account can't be used here",
+            "A local account already has this identity's name, so nothing was linked. "
+            "Ask your administrator.",
+        )
+    sign_in(ctx, browser, signed_in.user_id)
+    if login.interaction_id is not None:
+        with ctx.db.write() as session:
+            row = session.get(Interaction, login.interaction_id)
+            if row is not None:
+                row.request = {**row.request, "sid": browser.sid, "signed_in_here": True}
+                session.add(row)
+    return signed_in, None
+
+
+def _target_of(state: str) -> str | None:
+    """The sign-in page a state was made for (what the way back points to), if it is one of
+    ours in shape; it is looked up like any other address, so nothing is trusted from it."""
+    return state.split(".", 1)[0] if _STATE.match(state) else None
+
+
+async def callback(request: Request) -> Response:
+    """GET /upstream/{provider_id}/callback"""
+    ctx = get_context(request)
+    provider = ctx.upstream.get(request.path_params["provider_id"])
+    if provider is None:
+        return _unknown_provider()
+    params = {k: v for k, v in request.query_params.items() if len(v) <= 4096}
+    if any(len(request.query_params.getlist(name)) > 1 for name in _RESPONSE_PARAMETERS):
+        params.pop("state", None)  # a parameter given twice (RFC 6749 §3.1): not ours
+    state = params.get("state", "")
+    target = _target_of(state) if len(state) <= MAX_STATE_LENGTH else None
+    browser = await load_session(ctx, request)
+    outcome = await _callback(ctx, provider, browser, params, state, target)
+    if isinstance(outcome, Refusal):
+        audit("upstream.refused", provider=provider.id, reason=outcome.reason)
+        return _refusal_page(ctx, outcome, target)
+    save_session(ctx, browser, outcome)
+    return outcome
+
+
+async def _callback(
+    ctx: ServerContext,
+    provider: Provider,
+    browser: BrowserSession,
+    params: dict[str, str],
+    state: str,
+    target: str | None,
+) -> Response | Refusal:
+    if target is None:
+        return Refusal(
+            "bad_state",
+            400,
+            "This sign-in was refused",
+            "This sign-in answer is not one this service asked for.",
+            error="invalid_request",
+        )
+    login = await run_blocking(_take_login, ctx, state)
+    if login is None:
+        return Refusal(
+            "state_unknown",
+            400,
+            "This page has expired",
+            "This sign-in has expired or was already used, so you were not signed in.",
+            error="invalid_request",
+        )
+    try:
+        metadata = await ctx.upstream.metadata(provider)
+    except UpstreamUnavailable as exc:
+        return _unavailable(provider, exc.reason)
+    refusal = _check_response(ctx, provider, login, browser, metadata, params)
+    if refusal is not None:
+        return refusal
+    try:
+        claims = await ctx.upstream.redeem(
+            provider,
+            metadata,
+            code=params["code"],
+            state=state,
+            redirect_uri=callback_url(ctx, provider),
+            now=ctx.now(),
+        )
+        kept = admit(provider.config, claims)
+    except UpstreamUnavailable as exc:
+        return _unavailable(provider, exc.reason)
+    except UpstreamRefused as exc:
+        return Refusal(
+            f"token_{exc.error}"[:40],
+            400,
+            f"{provider.name} did not accept the sign-in",
+            f"{provider.name} did not accept this sign-in, so you were not signed in. Try again.",
+        )
+    except IDTokenError as exc:
+        return Refusal(
+            f"id_token_{exc.reason}"[:60],
+            400,
+            "This sign-in was refused",
+            f"The answer from {provider.name} could not be verified, so you were not signed in.",
+        )
+    except Refused as exc:
+        return Refusal(exc.reason, 403, "You can't sign in with this account", exc.message)
+    signed_in, refusal = await run_blocking(_finish, ctx, browser, login, kept)
+    if refusal is not None:
+        return refusal
+    assert signed_in is not None
+    audit(
+        "upstream.login.success",
+        provider=provider.id,
+        user_id=signed_in.user_id,
+        provisioned=signed_in.created,
+    )
+    return see_other(ctx.endpoint_url(_page_of(login)))
+
+
+def _page_of(login: UpstreamLogin) -> str:
+    return ACCOUNT if login.interaction_id is None else f"interaction/{login.interaction_id}"

@@ -1,0 +1,453 @@
+"""Upstream OpenID providers, the client side (Authlib's httpx client): each provider's
+configuration from OpenID discovery and its signing keys, cached; the authorization request
+with ``state``, ``nonce`` and PKCE (S256); the code exchanged at the token endpoint for an ID
+token that :mod:`~mcpauth.server.identity.id_tokens` validates. Every call to a provider has a
+deadline (``upstream_timeout``) and a response-size cap, follows no redirect and runs on the
+event loop. The PKCE verifier and the nonce are derived from the state with a server key, so a
+pending sign-in stores nothing that would let anyone finish it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
+from authlib.integrations.httpx_client import AsyncOAuth2Client
+from authlib.oauth2.client import OAuth2Client
+from joserfc.jwk import KeySet
+
+from mcpauth.caching import ExpiringCache, wall_clock
+from mcpauth.server.config import UpstreamProvider
+from mcpauth.server.identity.id_tokens import (
+    IDTokenError,
+    UnknownSigningKey,
+    allowed_algorithms,
+    signing_keys,
+    validate_id_token,
+)
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+
+log = logging.getLogger("mcpauth.upstream")
+
+MAX_RESPONSE_BYTES = 256 * 1024  # a discovery document, a JWKS or a token response
+METADATA_SECONDS = 3600
+KEYS_SECONDS = 300
+KEYS_REFETCH_INTERVAL = 60  # an unknown kid refetches the JWKS at most this often
+_IDENTITY_ENCODINGS = ("", "identity")
+_ZLIB_ENCODINGS = ("gzip", "x-gzip", "deflate")
+
+
+class UpstreamUnavailable(Exception):
+    """The provider could not be used: down, slow, too large, or not speaking OpenID Connect
+    as configured. ``reason`` is a short code for logs."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class UpstreamRefused(Exception):
+    """The provider's token endpoint answered with an OAuth error (its code in ``error``)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _ResponseTooLarge(httpx2.TransportError):
+    pass
+
+
+class CappedTransport(httpx2.AsyncBaseTransport):
+    """Reads a whole response, at most ``max_bytes`` of it (decompressed), before the client
+    sees it; anything longer is a transport error and the rest is never read."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, max_bytes: int) -> None:
+        self.inner = inner
+        self.max_bytes = max_bytes
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        try:
+            body = await self._read(response)
+        finally:
+            await response.aclose()
+        headers = [
+            (name, value)
+            for name, value in response.headers.multi_items()
+            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx2.Response(response.status_code, headers=headers, content=body, request=request)
+
+    async def _read(self, response: httpx2.Response) -> bytes:
+        try:
+            content = response.content  # already in memory (a stand-in transport's response)
+        except httpx2.ResponseNotRead:
+            pass
+        else:
+            if len(content) > self.max_bytes:
+                raise _ResponseTooLarge("response too large")
+            return content
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            raise _ResponseTooLarge("response too large")
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in _IDENTITY_ENCODINGS + _ZLIB_ENCODINGS:
+            raise _ResponseTooLarge(f"unsupported content-encoding {encoding[:20]!r}")
+        inflate = zlib.decompressobj(47) if encoding in _ZLIB_ENCODINGS else None
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            # inflated no further than one byte past the cap: a small bomb stays small
+            body += inflate.decompress(chunk, self.max_bytes + 1 - len(body)) if inflate else chunk
+            if len(body) > self.max_bytes:
+                raise _ResponseTooLarge("response too large")
+        if inflate is not None:
+            body += inflate.flush()
+            if len(body) > self.max_bytes:
+                raise _ResponseTooLarge("response too large")
+        return bytes(body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _endpoint(document: Mapping[str, Any], name: str) -> str:
+    value = document.get(name)
+    try:
+        parts = parse_url(value) if isinstance(value, str) else None
+    except MalformedURL:
+        parts = None
+    if parts is None or not parts.hostname or parts.fragment:
+        raise UpstreamUnavailable(f"metadata_{name}")
+    if parts.scheme != "https" and not (
+        parts.scheme == "http" and is_loopback_host(parts.hostname)
+    ):
+        raise UpstreamUnavailable(f"metadata_{name}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ProviderMetadata:
+    """What mcpauth uses of a provider's OpenID configuration."""
+
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+    algorithms: tuple[str, ...]
+    iss_parameter_supported: bool  # RFC 9207: the callback must then carry ``iss``
+
+    @classmethod
+    def parse(cls, document: Mapping[str, Any], issuer: str) -> ProviderMetadata:
+        """The configuration of ``issuer``, which it must name exactly (OpenID Connect
+        Discovery §4.3).
+
+        Raises:
+            UpstreamUnavailable: a required member is missing or unusable.
+        """
+        if document.get("issuer") != issuer:
+            raise UpstreamUnavailable("metadata_issuer_mismatch")
+        methods = document.get("code_challenge_methods_supported")
+        if isinstance(methods, list) and "S256" not in methods:
+            raise UpstreamUnavailable("metadata_no_s256")
+        algorithms = allowed_algorithms(
+            _strings(document.get("id_token_signing_alg_values_supported"))
+        )
+        if not algorithms:
+            raise UpstreamUnavailable("metadata_no_asymmetric_algorithm")
+        return cls(
+            issuer=issuer,
+            authorization_endpoint=_endpoint(document, "authorization_endpoint"),
+            token_endpoint=_endpoint(document, "token_endpoint"),
+            jwks_uri=_endpoint(document, "jwks_uri"),
+            algorithms=tuple(algorithms),
+            iss_parameter_supported=document.get("authorization_response_iss_parameter_supported")
+            is True,
+        )
+
+
+def _strings(value: object) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    return None
+
+
+class Provider:
+    """A configured provider; its client secret is read when first needed (``serve`` reads
+    every one at startup) and never logged."""
+
+    def __init__(self, config: UpstreamProvider, environ: Mapping[str, str] | None) -> None:
+        self.config = config
+        self._environ = environ
+        self._secret: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def secret(self) -> str | None:
+        """Raises:
+        ConfigurationError: the secret's variable is unset or its file unreadable.
+        """
+        if self._secret is None:
+            self._secret = self.config.client_secret(self._environ)
+        return self._secret
+
+    def __repr__(self) -> str:
+        return f"Provider(id={self.id!r}, issuer={self.config.issuer!r})"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class UpstreamProviders:
+    """Every configured provider, and the calls mcpauth makes to them."""
+
+    def __init__(
+        self,
+        configured: Sequence[UpstreamProvider],
+        *,
+        key: bytes,
+        timeout: float,
+        environ: Mapping[str, str] | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = wall_clock,
+    ) -> None:
+        self._providers = {config.id: Provider(config, environ) for config in configured}
+        self._key = key
+        self.timeout = timeout
+        self.transport = transport  # tests put a stand-in for the network here
+        entries = max(16, len(configured))
+        self._metadata: ExpiringCache[str, ProviderMetadata] = ExpiringCache(
+            METADATA_SECONDS, max_entries=entries, clock=clock, keep_stale=True
+        )
+        self._keys: ExpiringCache[str, KeySet] = ExpiringCache(
+            KEYS_SECONDS, max_entries=entries, clock=clock, keep_stale=True
+        )
+
+    def __iter__(self) -> Iterator[Provider]:
+        return iter(self._providers.values())
+
+    def __len__(self) -> int:
+        return len(self._providers)
+
+    def get(self, provider_id: str) -> Provider | None:
+        return self._providers.get(provider_id)
+
+    def check_secrets(self) -> None:
+        """Read every provider's client secret now.
+
+        Raises:
+            ConfigurationError: one is missing.
+        """
+        for provider in self:
+            provider.secret()
+
+    def pkce_verifier(self, state: str) -> str:
+        """The PKCE code verifier of the sign-in with ``state`` (RFC 7636 §4.1: 43 characters)."""
+        return _b64(hmac.new(self._key, f"pkce {state}".encode(), hashlib.sha256).digest())
+
+    def nonce(self, state: str) -> str:
+        return _b64(hmac.new(self._key, f"nonce {state}".encode(), hashlib.sha256).digest())
+
+    def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
+        """Authlib's client for one exchange with ``provider`` (its secret only when
+        ``authenticated``: the token endpoint)."""
+        inner = self.transport or httpx2.AsyncHTTPTransport(retries=0)
+        return AsyncOAuth2Client(
+            client_id=provider.config.client_id,
+            client_secret=provider.secret() if authenticated else None,
+            token_endpoint_auth_method=provider.config.auth_method,
+            scope=" ".join(provider.config.scopes),
+            code_challenge_method="S256",
+            timeout=httpx2.Timeout(self.timeout),
+            follow_redirects=False,
+            trust_env=False,
+            transport=CappedTransport(inner, MAX_RESPONSE_BYTES),
+            headers={"Accept-Encoding": "identity", "User-Agent": "mcpauth"},
+        )
+
+    async def _get_json(self, provider: Provider, url: str) -> dict[str, Any]:
+        async with self._client(provider) as client:
+            response = await client.request(
+                "GET", url, withhold_token=True, headers={"Accept": "application/json"}
+            )
+        if response.status_code != 200:
+            raise UpstreamUnavailable(f"http_{response.status_code}")
+        try:
+            document = response.json()
+        except ValueError as exc:
+            raise UpstreamUnavailable("not_json") from exc
+        if not isinstance(document, dict):
+            raise UpstreamUnavailable("not_json")
+        return document
+
+    async def metadata(self, provider: Provider) -> ProviderMetadata:
+        """The provider's configuration (cached an hour; the last good one while it cannot be
+        fetched).
+
+        Raises:
+            UpstreamUnavailable: none could be had in time.
+        """
+        cached = self._metadata.get(provider.id)
+        if cached is not None:
+            return cached
+        issuer = provider.config.issuer
+        url = issuer.rstrip("/") + "/.well-known/openid-configuration"
+        try:
+            with anyio.fail_after(self.timeout):
+                found = ProviderMetadata.parse(await self._get_json(provider, url), issuer)
+        except (UpstreamUnavailable, TimeoutError, httpx2.HTTPError) as exc:
+            stale = self._metadata.get_stale(provider.id)
+            reason = _reason(exc)
+            log.warning("upstream %s: configuration not loaded (%s)", provider.id, reason)
+            if stale is not None:
+                return stale[0]
+            raise UpstreamUnavailable(reason) from exc
+        self._metadata.put(provider.id, found)
+        return found
+
+    async def _signing_keys(
+        self, provider: Provider, metadata: ProviderMetadata, *, refresh: bool = False
+    ) -> KeySet:
+        cached = self._keys.get_stale(provider.id)
+        if cached is not None:
+            keys, age = cached
+            if age < KEYS_SECONDS and not (refresh and age >= KEYS_REFETCH_INTERVAL):
+                return keys
+        try:
+            keys = signing_keys(await self._get_json(provider, metadata.jwks_uri))
+        except (UpstreamUnavailable, IDTokenError, httpx2.HTTPError) as exc:
+            log.warning("upstream %s: keys not loaded (%s)", provider.id, _reason(exc))
+            if cached is not None:
+                return cached[0]
+            raise UpstreamUnavailable(_reason(exc)) from exc
+        self._keys.put(provider.id, keys)
+        return keys
+
+    def authorization_url(
+        self,
+        provider: Provider,
+        metadata: ProviderMetadata,
+        *,
+        redirect_uri: str,
+        state: str,
+        prompt: str | None = None,
+    ) -> str:
+        """Where to send the browser: an authorization code request with PKCE and a nonce."""
+        extra = {"prompt": prompt} if prompt else {}
+        client = OAuth2Client(  # Authlib's sans-I/O client: no connection is made here
+            None,
+            client_id=provider.config.client_id,
+            scope=" ".join(provider.config.scopes),
+            code_challenge_method="S256",
+        )
+        url, _ = client.create_authorization_url(
+            metadata.authorization_endpoint,
+            state=state,
+            code_verifier=self.pkce_verifier(state),
+            nonce=self.nonce(state),
+            redirect_uri=redirect_uri,
+            **extra,
+        )
+        return str(url)
+
+    async def redeem(
+        self,
+        provider: Provider,
+        metadata: ProviderMetadata,
+        *,
+        code: str,
+        state: str,
+        redirect_uri: str,
+        now: int,
+    ) -> dict[str, Any]:
+        """The validated ID token claims for an authorization code, within one deadline for
+        the token request and the keys.
+
+        Raises:
+            UpstreamUnavailable: the provider is down, slow or answered nonsense.
+            UpstreamRefused: its token endpoint refused the code.
+            IDTokenError: there is no valid ID token.
+        """
+        try:
+            with anyio.fail_after(self.timeout):
+                token = await self._token(provider, metadata, code, state, redirect_uri)
+                id_token = token.get("id_token")
+                if not isinstance(id_token, str):
+                    raise IDTokenError("no_id_token")
+                access_token = token.get("access_token")
+
+                def validate(keys: KeySet) -> dict[str, Any]:
+                    return validate_id_token(
+                        id_token,
+                        keys=keys,
+                        issuer=metadata.issuer,
+                        client_id=provider.config.client_id,
+                        nonce=self.nonce(state),
+                        algorithms=metadata.algorithms,
+                        now=now,
+                        access_token=access_token if isinstance(access_token, str) else None,
+                    )
+
+                try:
+                    return validate(await self._signing_keys(provider, metadata))
+                except UnknownSigningKey:  # the provider may have rotated its keys
+                    return validate(await self._signing_keys(provider, metadata, refresh=True))
+        except (TimeoutError, httpx2.HTTPError) as exc:
+            raise UpstreamUnavailable(_reason(exc)) from exc
+
+    async def _token(
+        self,
+        provider: Provider,
+        metadata: ProviderMetadata,
+        code: str,
+        state: str,
+        redirect_uri: str,
+    ) -> dict[str, Any]:
+        async with self._client(provider, authenticated=True) as client:
+            try:
+                token = await client.fetch_token(
+                    metadata.token_endpoint,
+                    grant_type="authorization_code",
+                    code=code,
+                    redirect_uri=redirect_uri,
+                    code_verifier=self.pkce_verifier(state),
+                )
+            except AuthlibOAuthError as exc:
+                raise UpstreamRefused(_error_code(exc.error)) from exc
+            except ValueError as exc:  # not a JSON object
+                raise UpstreamUnavailable("token_not_json") from exc
+        return dict(token)
+
+
+def _error_code(value: object) -> str:
+    """An OAuth error code as it may be shown and logged: its own characters, short."""
+    text = value if isinstance(value, str) else ""
+    allowed = "".join(ch for ch in text if 0x20 <= ord(ch) <= 0x7E and ch not in '"\\')
+    return allowed[:60] or "error"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, UpstreamUnavailable | IDTokenError):
+        return exc.reason
+    if isinstance(exc, TimeoutError | httpx2.TimeoutException):
+        return "timeout"
+    if isinstance(exc, _ResponseTooLarge):
+        return "too_large"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"http_{exc.response.status_code}"
+    return "unreachable"

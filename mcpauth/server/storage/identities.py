@@ -1,0 +1,155 @@
+"""Upstream identities and pending upstream sign-ins: the SQL behind sign-in through an
+OpenID provider. An identity is (issuer, subject), never an email; a pending sign-in is taken
+exactly once by a conditional DELETE whose row count says who won."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import CursorResult, Table, delete, func, select
+from sqlmodel import Session
+
+from mcpauth.server.crypto import digest, new_id
+from mcpauth.server.storage.models import UpstreamIdentity, UpstreamLogin, User
+
+_LOGINS: Table = UpstreamLogin.__table__  # type: ignore[attr-defined]
+_IDENTITIES: Table = UpstreamIdentity.__table__  # type: ignore[attr-defined]
+_USERS: Table = User.__table__  # type: ignore[attr-defined]
+MAX_USERNAME = 200  # users.username
+NO_PASSWORD = "!"  # an account that signs in only through its identity provider
+
+
+def local_username(issuer: str, subject: str) -> str:
+    """The username of the account standing for (issuer, subject): ``issuer#subject``, or
+    ``issuer#sha256:<digest>`` when that would not fit users.username (the same name the
+    jwt-bearer grant gives an ID-JAG's subject, so both reach one account). A provider's issuer
+    has at most 120 characters (settings), so the second form always fits."""
+    username = f"{issuer}#{subject}"
+    if len(username) > MAX_USERNAME:
+        username = f"{issuer}#sha256:{digest(subject)}"
+    return username
+
+
+def has_password(password_hash: str) -> bool:
+    """Whether an account can sign in with a password (an argon2 hash, not the ``!`` of
+    accounts that sign in only through their identity provider)."""
+    return password_hash.startswith("$argon2")
+
+
+def add_login(session: Session, login: UpstreamLogin) -> None:
+    """Store a pending upstream sign-in; an earlier one of the same browser for the same
+    authorization request (or the account page) ends, so one browser holds at most one per
+    request."""
+    session.execute(
+        delete(_LOGINS).where(
+            _LOGINS.c.session_digest == login.session_digest,
+            _LOGINS.c.interaction_id.is_(None)
+            if login.interaction_id is None
+            else _LOGINS.c.interaction_id == login.interaction_id,
+        )
+    )
+    session.add(login)
+
+
+def take_login(session: Session, state_digest: str, now: int) -> UpstreamLogin | None:
+    """The live pending sign-in stored under ``state_digest``, deleted as it is read: only one
+    caller (thread or replica) gets it; an expired one is deleted and not returned."""
+    row = session.execute(select(_LOGINS).where(_LOGINS.c.digest == state_digest)).first()
+    if row is None:
+        return None
+    result = session.execute(delete(_LOGINS).where(_LOGINS.c.digest == state_digest))
+    won = isinstance(result, CursorResult) and result.rowcount == 1
+    if not won or row.expires_at <= now:
+        return None
+    return UpstreamLogin.model_validate(row._mapping)
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What an ID token says about the person, as kept with their identity."""
+
+    issuer: str
+    subject: str
+    email: str | None
+    email_verified: bool
+    name: str | None
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    user_id: str
+    created: bool  # provisioned by this sign-in
+
+
+class AccountConflict(Exception):
+    """A local account with a password already has the name this identity's account would
+    take; nothing is linked (an administrator decides)."""
+
+
+def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> SignedIn:
+    """The account of (issuer, subject), made on first sign-in (just in time), with the claims
+    of this sign-in. A passwordless account of the same name (made for the same subject by the
+    jwt-bearer grant) is the same person and is linked; nothing is ever linked by email.
+
+    Raises:
+        AccountConflict: an account with a password holds the name.
+    """
+    identity = session.get(UpstreamIdentity, (claims.issuer, claims.subject))
+    created = False
+    if identity is None:
+        username = local_username(claims.issuer, claims.subject)
+        same_name = session.execute(
+            select(_USERS.c.id, _USERS.c.password_hash).where(_USERS.c.username == username)
+        ).first()
+        if same_name is not None and has_password(same_name.password_hash):
+            raise AccountConflict(username)
+        if same_name is None:
+            user_id = new_id()
+            session.add(
+                User(id=user_id, username=username, password_hash=NO_PASSWORD, created_at=now)
+            )
+            created = True
+        else:
+            user_id = str(same_name.id)
+        identity = UpstreamIdentity(
+            issuer=claims.issuer,
+            subject=claims.subject,
+            user_id=user_id,
+            provider_id=provider_id,
+            created_at=now,
+            last_login_at=now,
+        )
+    identity.provider_id = provider_id
+    identity.email = claims.email
+    identity.email_verified = claims.email_verified
+    identity.name = claims.name
+    identity.last_login_at = now
+    session.add(identity)
+    return SignedIn(identity.user_id, created)
+
+
+def display_name(session: Session, user: User) -> str:
+    """How a person is named on the pages: a federated account by the email (else the name)
+    of its last sign-in, a local one by its username."""
+    row = session.execute(
+        select(_IDENTITIES.c.email, _IDENTITIES.c.name)
+        .where(_IDENTITIES.c.user_id == user.id)
+        .order_by(_IDENTITIES.c.last_login_at.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return user.username
+    return str(row.email or row.name or user.username)
+
+
+def identities_by_provider(session: Session) -> dict[str, int]:
+    """How many identities each provider id has signed in."""
+    rows = session.execute(
+        select(_IDENTITIES.c.provider_id, func.count()).group_by(_IDENTITIES.c.provider_id)
+    )
+    return {str(provider): int(count) for provider, count in rows}
+
+
+def forget_user(session: Session, user_id: str) -> None:
+    """Delete the identities of an account being removed."""
+    session.execute(delete(_IDENTITIES).where(_IDENTITIES.c.user_id == user_id))

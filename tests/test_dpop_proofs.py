@@ -1,0 +1,222 @@
+"""DPoP proofs (RFC 9449, docs/security.md T30): a proof made by ``make_proof`` passes
+``check_proof``, and each malformed or hostile proof is refused with its exact error. These
+are the checks the token endpoint and the middleware share."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jwt as pyjwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from mcpauth import jwt
+from mcpauth.dpop import (
+    MAX_AGE,
+    access_token_hash,
+    check_proof,
+    make_proof,
+    normal_htu,
+)
+from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
+
+URL = "https://as.example.com/token"
+NOW = 1_800_000_000
+KEY = ec.generate_private_key(ec.SECP256R1())
+OTHER = ec.generate_private_key(ec.SECP256R1())
+TOKEN = "an-access-token"
+
+
+def _jwk(key: Any, alg: str = "ES256") -> dict[str, Any]:
+    public = jwt.public_jwk(key.public_key(), kid="k", alg=alg)
+    return {k: v for k, v in public.items() if k not in ("kid", "alg", "use")}
+
+
+def _claims(**changes: Any) -> dict[str, Any]:
+    claims: dict[str, Any] = {"jti": "proof-0001", "htm": "POST", "htu": URL, "iat": NOW}
+    claims.update(changes)
+    return {k: v for k, v in claims.items() if v is not None}
+
+
+def _proof(
+    claims: dict[str, Any] | None = None,
+    *,
+    key: Any = KEY,
+    alg: str = "ES256",
+    header: dict[str, Any] | None = None,
+) -> str:
+    headers = {"typ": "dpop+jwt", "jwk": _jwk(key, alg)}
+    headers.update(header or {})
+    headers = {k: v for k, v in headers.items() if v is not None}
+    return pyjwt.encode(claims or _claims(), key, algorithm=alg, headers=headers)
+
+
+def _b64(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+def _unsigned(alg: str) -> str:
+    header = {"typ": "dpop+jwt", "alg": alg, "jwk": _jwk(KEY)}
+    return f"{_b64(header)}.{_b64(_claims())}."
+
+
+def _tampered() -> str:
+    head, _, sig = _proof().split(".")
+    return f"{head}.{_b64(_claims(htm='GET'))}.{sig}"
+
+
+def _hs256_with_public_key() -> str:
+    """The classic confusion: an HMAC "signed" with the public key the header carries."""
+    header = {"typ": "dpop+jwt", "alg": "HS256", "jwk": _jwk(KEY)}
+    signing_input = f"{_b64(header)}.{_b64(_claims())}"
+    secret = json.dumps(_jwk(KEY)).encode()
+    mac = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+def _private_jwk() -> str:
+    private = json.loads(pyjwt.algorithms.ECAlgorithm.to_jwk(KEY))
+    return _proof(header={"jwk": private})
+
+
+def _small_rsa() -> str:
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyJWT warns when signing with such a key
+        return _proof(key=small, alg="RS256")
+
+
+def _wrong_key_in_header() -> str:
+    return _proof(header={"jwk": _jwk(OTHER)})
+
+
+def _c(**changes: Any) -> str:
+    return _proof(_claims(**changes))
+
+
+def _check(proof: str | list[str], **options: Any) -> Any:
+    values = proof if isinstance(proof, list) else [proof]
+    return check_proof(values, method="POST", url=URL, now=NOW, **options)
+
+
+def test_a_proof_made_here_passes_and_names_its_key() -> None:
+    proof = make_proof(KEY, alg="ES256", method="post", url=URL + "?x=1#f", now=NOW)
+    checked = _check(proof)
+    assert checked.jkt == jwt.thumbprint(_jwk(KEY))
+    assert checked.iat == NOW
+    assert len(checked.replay_key) == 43
+    assert (
+        checked.replay_key
+        != _check(make_proof(KEY, alg="ES256", method="POST", url=URL, now=NOW)).replay_key
+    )
+
+
+@pytest.mark.parametrize(
+    "key", [ec.generate_private_key(ec.SECP256R1()), ed25519.Ed25519PrivateKey.generate()]
+)
+def test_each_allowed_key_type_passes(key: Any) -> None:
+    alg = "ES256" if isinstance(key, ec.EllipticCurvePrivateKey) else "EdDSA"
+    _check(make_proof(key, alg=alg, method="POST", url=URL, now=NOW))
+
+
+def test_a_resource_server_checks_ath_and_the_bound_key() -> None:
+    proof = make_proof(KEY, alg="ES256", method="POST", url=URL, access_token=TOKEN, now=NOW)
+    jkt = jwt.thumbprint(_jwk(KEY))
+    assert _check(proof, access_token=TOKEN, jkt=jkt).jkt == jkt
+
+
+def test_a_required_nonce_is_asked_for_with_use_dpop_nonce() -> None:
+    without = make_proof(KEY, alg="ES256", method="POST", url=URL, now=NOW)
+    with pytest.raises(UseDPoPNonce):
+        _check(without, nonce="n-1")
+    stale = make_proof(KEY, alg="ES256", method="POST", url=URL, nonce="n-0", now=NOW)
+    with pytest.raises(UseDPoPNonce):
+        _check(stale, nonce="n-1")
+    fresh = make_proof(KEY, alg="ES256", method="POST", url=URL, nonce="n-1", now=NOW)
+    _check(fresh, nonce="n-1")
+
+
+HOSTILE: list[tuple[str, Callable[[], str | list[str]], dict[str, Any], str]] = [
+    ("no header", lambda: [], {}, "A DPoP proof is required"),
+    ("two headers", lambda: [_proof(), _proof()], {}, "Exactly one DPoP header"),
+    ("empty", lambda: "", {}, "empty or too long"),
+    ("too long", lambda: "a" * 9000, {}, "empty or too long"),
+    ("not a JWT", lambda: "not.a.jwt", {}, "not a JWT"),
+    ("typ JWT", lambda: _proof(header={"typ": "JWT"}), {}, r"typ must be dpop\+jwt"),
+    ("no typ", lambda: _proof(header={"typ": None}), {}, r"typ must be dpop\+jwt"),
+    ("alg none", lambda: _unsigned("none"), {}, "alg must be one of"),
+    ("HS256 with the public key", _hs256_with_public_key, {}, "alg must be one of"),
+    ("no jwk", lambda: _proof(header={"jwk": None}), {}, "carry its public key as jwk"),
+    ("private key in jwk", _private_jwk, {}, "public key only"),
+    ("symmetric jwk", lambda: _proof(header={"jwk": {"kty": "oct", "k": "c2Vj"}}), {}, "public"),
+    ("RSA key of 1024 bits", _small_rsa, {}, "2048 to 4096 bits"),
+    ("signed by another key", _wrong_key_in_header, {}, "signature does not verify"),
+    ("tampered payload", _tampered, {}, "signature does not verify"),
+    ("no jti", lambda: _c(jti=None), {}, "jti of 8 to 256"),
+    ("short jti", lambda: _c(jti="abc"), {}, "jti of 8 to 256"),
+    ("other method", lambda: _c(htm="GET"), {}, "htm is not"),
+    ("no htm", lambda: _c(htm=None), {}, "htm is not"),
+    ("other path", lambda: _c(htu="https://as.example.com/authorize"), {}, "htu is not"),
+    ("other host", lambda: _c(htu="https://evil.example/token"), {}, "htu is not"),
+    ("http, not https", lambda: _c(htu="http://as.example.com/token"), {}, "htu is not"),
+    ("relative htu", lambda: _c(htu="/token"), {}, "htu is not"),
+    ("no iat", lambda: _c(iat=None), {}, "numeric iat"),
+    ("iat as text", lambda: _c(iat=str(NOW)), {}, "numeric iat"),
+    ("stale iat", lambda: _c(iat=NOW - MAX_AGE - 1), {}, "outside the accepted"),
+    ("future iat", lambda: _c(iat=NOW + 120), {}, "outside the accepted"),
+    ("no ath with a token", _proof, {"access_token": TOKEN}, "ath does not match"),
+    ("ath of another token", lambda: _c(ath=access_token_hash("x")), {"access_token": "t"}, "ath"),
+    ("bound to another key", _proof, {"jkt": jwt.thumbprint(_jwk(OTHER))}, "bound to"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "options", "message"), HOSTILE, ids=[h[0] for h in HOSTILE]
+)
+def test_a_hostile_proof_is_refused_with_invalid_dpop_proof(
+    case: str, make: Callable[[], str | list[str]], options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidDPoPProof, match=message) as refused:
+        _check(make(), **options)
+    assert refused.value.error == "invalid_dpop_proof"
+    assert refused.value.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("https://AS.example.com/token", "https://as.example.com/token"),
+        ("https://as.example.com:443/token", "https://as.example.com/token"),
+        ("http://127.0.0.1:80/x", "http://127.0.0.1/x"),
+        ("https://as.example.com/a%7Eb", "https://as.example.com/a~b"),
+        ("https://as.example.com/a%2fb", "https://as.example.com/a%2Fb"),
+        ("https://as.example.com", "https://as.example.com/"),
+        ("https://as.example.com/t?q=1#frag", "https://as.example.com/t"),
+    ],
+)
+def test_htu_is_compared_after_normalisation(first: str, second: str) -> None:
+    assert normal_htu(first) == normal_htu(second)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("https://as.example.com/Token", "https://as.example.com/token"),
+        ("https://as.example.com:8443/token", "https://as.example.com/token"),
+        ("https://as.example.com/a%2Fb", "https://as.example.com/a/b"),
+    ],
+)
+def test_htu_differences_that_matter_stay(first: str, second: str) -> None:
+    assert normal_htu(first) != normal_htu(second)
+
+
+def test_the_clock_defaults_to_now() -> None:
+    proof = make_proof(KEY, alg="ES256", method="POST", url=URL)
+    assert abs(check_proof([proof], method="POST", url=URL).iat - time.time()) < 5
