@@ -27,7 +27,14 @@ from mcpauth.server.storage.prune import prune
 from mcpauth.server.tokens.grants import jwt_bearer
 
 from ..conftest import ISSUER
-from ..oauth import authorization_params, follow, forms, pkce_pair, query
+from ..oauth import (
+    authorization_params,
+    follow,
+    forms,
+    pkce_pair,
+    query,
+    register_public_client,
+)
 from .conftest import RESOURCE, add_user
 from .upstream_fake import FakeProvider
 
@@ -36,6 +43,7 @@ pytestmark = pytest.mark.anyio
 SECRET_ENV = "MCPAUTH_TEST_UPSTREAM_SECRET"
 OTHER_SECRET_ENV = "MCPAUTH_TEST_OTHER_UPSTREAM_SECRET"
 CALLBACK = f"{ISSUER}/upstream/idp/callback"
+APP_REDIRECT = "http://127.0.0.1:5555/callback"  # the MCP client's own
 
 
 class Clock:
@@ -126,16 +134,8 @@ async def browser_for(app: Starlette) -> httpx.AsyncClient:
 
 @pytest.fixture
 async def client_id(http: httpx.AsyncClient) -> str:
-    response = await http.post(
-        "/register",
-        json={
-            "client_name": "Test client",
-            "redirect_uris": ["http://127.0.0.1:5555/callback"],
-            "token_endpoint_auth_method": "none",
-        },
-    )
-    assert response.status_code == 201
-    return str(response.json()["client_id"])
+    response = await register_public_client(http, APP_REDIRECT)
+    return str(response["client_id"])
 
 
 async def sign_in_page(
@@ -370,15 +370,8 @@ async def test_without_local_accounts_only_the_buttons_are_offered(
 ) -> None:
     app = make_app(local_accounts=False)
     async with await browser_for(app) as browser:
-        response = await browser.post(
-            "/register",
-            json={
-                "client_name": "Test client",
-                "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                "token_endpoint_auth_method": "none",
-            },
-        )
-        page = await sign_in_page(browser, response.json()["client_id"])
+        response = await register_public_client(browser, APP_REDIRECT)
+        page = await sign_in_page(browser, response["client_id"])
         assert "Continue with Example IdP" in page.text
         assert 'name="password"' not in page.text
         assert 'name="username"' not in page.text
@@ -420,15 +413,8 @@ async def test_pressing_a_provider_button_counts_with_the_sign_in_rate_limit(
 ) -> None:
     app = make_app(rate_limit_login=2)
     async with await browser_for(app) as browser:
-        registered = await browser.post(
-            "/register",
-            json={
-                "client_name": "Test client",
-                "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                "token_endpoint_auth_method": "none",
-            },
-        )
-        page = await sign_in_page(browser, registered.json()["client_id"])
+        registered = await register_public_client(browser, APP_REDIRECT)
+        page = await sign_in_page(browser, registered["client_id"])
         pressed = [(await press(browser, page)).status_code for _ in range(3)]
     assert pressed == [303, 303, 429]
     assert counts(app)["upstream_logins"] == 1  # a new press replaces the pending sign-in
@@ -663,15 +649,8 @@ async def test_a_provider_that_hangs_is_given_up_on_at_the_deadline(
 
     idp.token_response = hang
     async with await browser_for(app) as browser:
-        registered = await browser.post(
-            "/register",
-            json={
-                "client_name": "Test client",
-                "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                "token_endpoint_auth_method": "none",
-            },
-        )
-        interaction, url = await start(browser, registered.json()["client_id"])
+        registered = await register_public_client(browser, APP_REDIRECT)
+        interaction, url = await start(browser, registered["client_id"])
         refused(
             await come_back(browser, idp.approve(url)),
             504,
@@ -781,15 +760,8 @@ async def test_policy_refuses_before_any_account_exists(
 ) -> None:
     app = make_app(policy=policy or {"allowed_email_domains": ["example.com"]})
     async with await browser_for(app) as browser:
-        registered = await browser.post(
-            "/register",
-            json={
-                "client_name": "Test client",
-                "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                "token_endpoint_auth_method": "none",
-            },
-        )
-        interaction, url = await start(browser, registered.json()["client_id"])
+        registered = await register_public_client(browser, APP_REDIRECT)
+        interaction, url = await start(browser, registered["client_id"])
         refused(await come_back(browser, idp.approve(url, **claims)), 403, words, interaction)
     assert counts(app) == {"users": 0, "upstream_identities": 0, "upstream_logins": 0}
 
@@ -799,15 +771,8 @@ async def test_required_claims_let_the_right_people_in(
 ) -> None:
     app = make_app(policy={"required_claims": {"groups": ["mcp-users", "admins"]}})
     async with await browser_for(app) as browser:
-        registered = await browser.post(
-            "/register",
-            json={
-                "client_name": "Test client",
-                "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                "token_endpoint_auth_method": "none",
-            },
-        )
-        _, url = await start(browser, registered.json()["client_id"])
+        registered = await register_public_client(browser, APP_REDIRECT)
+        _, url = await start(browser, registered["client_id"])
         response = await come_back(browser, idp.approve(url, groups=["staff", "mcp-users"]))
     assert response.status_code == 303
 
