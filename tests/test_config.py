@@ -10,6 +10,7 @@ import pytest
 from mcpauth.errors import ConfigurationError
 from mcpauth.server.config import load_settings
 from mcpauth.server.crypto import resolve_server_secret
+from mcpauth.server.storage.database import sqlite_file
 
 
 def test_flags_override_environment_which_overrides_the_file(tmp_path: Path) -> None:
@@ -56,15 +57,17 @@ def test_invalid_values_name_the_setting() -> None:
 
 
 def test_embedded_database_generates_a_private_secret_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    first = resolve_server_secret(None, url)
-    assert resolve_server_secret(None, url) == first
+    path = sqlite_file(f"sqlite:///{tmp_path / 'm.db'}")
+    first = resolve_server_secret(None, path)
+    assert resolve_server_secret(None, path) == first
     assert (tmp_path / "m.secret").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_shared_database_requires_a_configured_secret() -> None:
     with pytest.raises(ConfigurationError, match="MCPAUTH_SECRET_KEY"):
-        resolve_server_secret(None, "postgresql://u@127.0.0.1/db")
+        resolve_server_secret(None, sqlite_file("postgresql://u@127.0.0.1/db"))
+    with pytest.raises(ConfigurationError, match="MCPAUTH_SECRET_KEY"):
+        resolve_server_secret(None, sqlite_file("sqlite:///:memory:"))
 
 
 @pytest.mark.parametrize(

@@ -117,3 +117,67 @@ def test_the_shared_modules_import_no_domain_package() -> None:
         for name in shared
     }
     assert not any(wrong.values()), wrong
+
+
+# The methods that run SQL or change rows through a unit of work.
+_SQL_METHODS = {"execute", "exec", "scalar", "scalars", "merge", "flush", "begin_nested"}
+_UNIT_NAMES = {"session", "conn", "connection"}
+
+
+def _sql_outside_storage(path: Path) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            modules += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [
+                f"line {node.lineno}: imports {m}"
+                for m in modules
+                if m.split(".")[0] in ("sqlalchemy", "sqlmodel")
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in _UNIT_NAMES
+            and (node.func.attr in _SQL_METHODS or node.func.attr in {"get", "add", "delete"})
+        ):
+            found.append(f"line {node.lineno}: {node.func.value.id}.{node.func.attr}()")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "connection"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "session"
+        ):
+            found.append(f"line {node.lineno}: session.connection()")
+    return found
+
+
+def test_all_sql_lives_in_the_storage_package() -> None:
+    """Every query and row change is a function of ``mcpauth/server/storage`` (its
+    repositories); the domain packages hold units of work and call those functions, and
+    only storage imports SQLAlchemy or SQLModel (the types they name are re-exported by
+    ``storage/database.py``)."""
+    wrong = {
+        _rel(path): hits
+        for path in PACKAGE.rglob("*.py")
+        if "storage" not in path.parts
+        and "migrations" not in path.parts
+        and (hits := _sql_outside_storage(path))
+    }
+    assert not wrong, f"SQL outside mcpauth/server/storage: {wrong}"
+
+
+def test_the_sql_rule_sees_what_it_forbids(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from sqlmodel import select\n"
+        "def f(session, conn):\n"
+        "    session.get(A, 1)\n"
+        "    session.add(a)\n"
+        "    conn.execute(q)\n"
+        "    session.connection()\n"
+        "    cache.get(1)\n"
+    )
+    assert len(_sql_outside_storage(sample)) == 5

@@ -8,24 +8,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlmodel import delete, select
-
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
-from mcpauth.server.crypto import new_id
 from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import grant_store, identities, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
-    BrowserSessionRecord,
-    Consent,
-    Grant,
-    RefreshToken,
     Resource,
-    User,
 )
 from mcpauth.uris import URIError, canonical_resource
 
@@ -53,13 +45,7 @@ def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]
     with ctx.db.write() as session:
         if lookups.user_by_name(session, username) is not None:
             raise AdminError(f"user {username!r} already exists")
-        user = User(
-            id=new_id(),
-            username=username,
-            password_hash=hash_password(password),
-            created_at=ctx.now(),
-        )
-        session.add(user)
+        user = lookups.add_user(session, username, hash_password(password), ctx.now())
     return {"id": user.id, "username": user.username}
 
 
@@ -76,14 +62,7 @@ def remove_user(ctx: ServerContext, username: str) -> None:
         user = lookups.user_by_name(session, username)
         if user is None:
             raise AdminError(f"no user {username!r}")
-        grant_ids = list(session.exec(select(Grant.id).where(Grant.user_id == user.id)))
-        session.exec(delete(RefreshToken).where(RefreshToken.grant_id.in_(grant_ids)))  # type: ignore[attr-defined]
-        session.exec(delete(Grant).where(Grant.user_id == user.id))  # type: ignore[arg-type]
-        session.exec(delete(Consent).where(Consent.user_id == user.id))  # type: ignore[arg-type]
-        # her browser sessions end with her
-        session.exec(delete(BrowserSessionRecord).where(BrowserSessionRecord.user_id == user.id))  # type: ignore[arg-type]
-        identities.forget_user(session, user.id)  # a new sign-in provisions a new account
-        session.delete(user)
+        lookups.remove_user(session, user)
 
 
 def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
@@ -117,12 +96,8 @@ def add_resource(
     with ctx.db.write() as session:
         if lookups.get_resource(session, canonical) is not None:
             raise AdminError(f"resource {canonical} already exists")
-        if is_default:
-            for other in lookups.list_resources(session):
-                if other.is_default:
-                    other.is_default = False
-                    session.add(other)
-        session.add(
+        lookups.add_resource(
+            session,
             Resource(
                 uri=canonical,
                 name=name,
@@ -130,7 +105,7 @@ def add_resource(
                 default_scopes=list(default_scopes),
                 is_default=is_default,
                 created_at=ctx.now(),
-            )
+            ),
         )
     ctx.resources.refresh()
     return {
@@ -165,7 +140,7 @@ def remove_resource(ctx: ServerContext, uri: str) -> None:
         resource = lookups.get_resource(session, canonical)
         if resource is None:
             raise AdminError(f"no resource {canonical}")
-        session.delete(resource)
+        lookups.remove_resource(session, resource)
     ctx.resources.refresh()
 
 

@@ -9,8 +9,6 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -34,7 +32,7 @@ from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMidd
 from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
 from mcpauth.server.operations.rate_limits import Rate, RateLimitMiddleware
 from mcpauth.server.storage import migrate
-from mcpauth.server.storage.database import make_engine
+from mcpauth.server.storage.database import DatabaseError, Engine, make_engine
 from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
@@ -254,7 +252,7 @@ async def _prune_periodically(ctx: ServerContext, metrics: Metrics | None) -> No
         await asyncio.sleep(ctx.settings.prune_interval)
         try:
             await run_blocking(prune_once, ctx, metrics)
-        except SQLAlchemyError:
+        except DatabaseError:
             log.exception("pruning failed; trying again in %d s", ctx.settings.prune_interval)
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from sqlalchemy import Engine
 from starlette.requests import Request
 
 from mcpauth.server.authorization.resources import ResourceCatalog
@@ -18,7 +17,7 @@ from mcpauth.server.crypto import derive_key, resolve_server_secret
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
-from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.database import Database, Engine, sqlite_file
 from mcpauth.server.tokens.keys import KeyManager
 
 
@@ -67,7 +66,7 @@ def build_context(
     Raises:
         ConfigurationError: no usable server secret.
     """
-    secret = resolve_server_secret(settings.secret_key, settings.database_url)
+    secret = resolve_server_secret(settings.secret_key, sqlite_file(settings.database_url))
     db = Database(engine)
     keys = KeyManager(
         db,

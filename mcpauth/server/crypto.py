@@ -13,7 +13,6 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from sqlalchemy.engine import make_url
 
 from mcpauth.errors import ConfigurationError
 
@@ -53,8 +52,9 @@ def fernet_key(secret: str) -> bytes:
     return base64.urlsafe_b64encode(derive_key(secret, "mcpauth signing-key encryption"))
 
 
-def resolve_server_secret(configured: str | None, database_url: str) -> str:
-    """The configured secret; for an embedded SQLite database one generated beside it.
+def resolve_server_secret(configured: str | None, sqlite_file: Path | None) -> str:
+    """The configured secret; for an embedded SQLite database (``sqlite_file``) one generated
+    beside it.
 
     Raises:
         ConfigurationError: no secret is configured for a non-SQLite database.
@@ -63,13 +63,12 @@ def resolve_server_secret(configured: str | None, database_url: str) -> str:
         if len(configured) < 16:
             raise ConfigurationError("secret_key must be at least 16 characters")
         return configured
-    url = make_url(database_url)
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+    if sqlite_file is None:
         raise ConfigurationError(
             "MCPAUTH_SECRET_KEY is required for this database: it encrypts the signing keys "
             "and signs cookies, and every replica must share it"
         )
-    path = Path(url.database).expanduser().with_suffix(".secret")
+    path = sqlite_file.with_suffix(".secret")
     if path.exists():
         return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,6 +16,7 @@ from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http_io import json_response
 from mcpauth.server.storage import migrate
+from mcpauth.server.storage.database import DatabaseError
 from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
@@ -82,7 +82,7 @@ def _readiness(ctx: ServerContext) -> str | None:
         if not migrate.is_current(ctx.db.engine):
             return "the database schema is not at the newest revision"
         ctx.keys.signer()
-    except (SQLAlchemyError, MCPAuthError) as exc:
+    except (DatabaseError, MCPAuthError) as exc:
         return f"{type(exc).__name__}: not ready"
     return None
 

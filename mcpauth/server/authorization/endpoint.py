@@ -29,6 +29,7 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.http_io import media_type, read_body
 from mcpauth.server.operations.size_limits import MAX_STATE_LENGTH
+from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
 from mcpauth.uris import MalformedURL, parse_url
@@ -150,7 +151,7 @@ def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str) -> Respon
         expires_at=now + ctx.settings.interaction_ttl,
     )
     with ctx.db.write() as session:
-        session.add(interaction)
+        grant_store.add_interaction(session, interaction)
     return see_other(ctx.endpoint_url(f"interaction/{interaction.id}"))
 
 

@@ -14,7 +14,7 @@ from mcpauth.server.browser.pages import SECURITY_HEADERS, error_page
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_id, new_token
 from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.models import AuthorizationCode, Client, Grant, Interaction
+from mcpauth.server.storage.models import AuthorizationCode, Client, Grant
 from mcpauth.uris import parse_url
 
 
@@ -108,11 +108,9 @@ def issue_code(
         last_used_at=now,
     )
     with ctx.db.write() as session:
-        interaction = session.get(Interaction, interaction_id)
-        if interaction is not None:
-            session.delete(interaction)
-        session.add(grant)
-        session.add(
+        grant_store.add_grant_with_code(
+            session,
+            grant,
             AuthorizationCode(
                 digest=digest(code),
                 grant_id=grant.id,
@@ -126,7 +124,8 @@ def issue_code(
                 auth_time=auth_time,
                 created_at=now,
                 expires_at=now + ctx.settings.authorization_code_ttl,
-            )
+            ),
+            interaction_id,
         )
         if approved_as is not None:
             scopes = set(request.scopes) | ({"offline_access"} if request.offline else set())

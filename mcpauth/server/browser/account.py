@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from sqlmodel import Session
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -27,8 +26,9 @@ from mcpauth.server.browser.sessions import (
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
-from mcpauth.server.storage.lookups import get_client, get_resource
-from mcpauth.server.storage.models import Grant, User
+from mcpauth.server.storage.database import Session
+from mcpauth.server.storage.lookups import get_client, get_resource, get_user
+from mcpauth.server.storage.models import Grant
 from mcpauth.server.threads import run_blocking
 
 LOGIN_PURPOSE = "login:account"
@@ -134,7 +134,7 @@ def _account_view(
     ctx: ServerContext, user_id: str, revoked: str | None
 ) -> tuple[str, list[Application], str] | None:
     with ctx.db.read() as session:
-        user = session.get(User, user_id)
+        user = get_user(session, user_id)
         if user is None:
             return None
         notice = ""
@@ -241,7 +241,7 @@ def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
     with ctx.db.write() as session:
         rows = [g for g in grant_store.user_grants(session, user_id) if g.client_id == client_id]
         for grant in rows:
-            grant_store.revoke_grant(session.connection(), grant.id, ctx.now())
+            grant_store.revoke_grant(session, grant.id, ctx.now())
             grant_store.forget_consent(session, user_id, grant.client_id, grant.resource)
     return bool(rows)
 

@@ -31,8 +31,8 @@ from mcpauth.server.clients.redirect_uris import all_loopback
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
-from mcpauth.server.storage.lookups import get_client, get_resource
-from mcpauth.server.storage.models import Client, Interaction, User
+from mcpauth.server.storage.lookups import get_client, get_resource, get_user
+from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
 
 
@@ -109,7 +109,7 @@ def _consent_page(
     req: AuthorizationRequest,
 ) -> Response:
     with ctx.db.read() as session:
-        user = session.get(User, browser.user_id)
+        user = get_user(session, browser.user_id or "")
         resource = get_resource(session, req.resource)
         granted = grant_store.consented_scopes(
             session, browser.user_id or "", client.client_id, req.resource
@@ -243,10 +243,7 @@ async def login(request: Request) -> Response:
 
 def _rebind(ctx: ServerContext, interaction_id: str, sid: str) -> None:
     with ctx.db.write() as session:
-        interaction = session.get(Interaction, interaction_id)
-        if interaction is not None:
-            interaction.request = {**interaction.request, "sid": sid, "signed_in_here": True}
-            session.add(interaction)
+        grant_store.rebind_interaction(session, interaction_id, sid)
 
 
 def _decide(
@@ -268,9 +265,7 @@ def _decide(
     )
     if action == "deny":
         with ctx.db.write() as session:
-            row = session.get(Interaction, interaction_id)
-            if row is not None:
-                session.delete(row)
+            grant_store.drop_interaction(session, interaction_id)
         return error_redirect(
             ctx,
             client,

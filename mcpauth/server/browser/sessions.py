@@ -13,18 +13,14 @@ import secrets
 from dataclasses import dataclass
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy import delete, select
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.browser import csrf
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
-from mcpauth.server.storage.models import BrowserSessionRecord, User
+from mcpauth.server.storage import browser_sessions
 from mcpauth.server.threads import run_blocking
-
-_RECORDS = BrowserSessionRecord.__table__  # type: ignore[attr-defined]
-_USERS = User.__table__  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -50,12 +46,7 @@ def _serializer(ctx: ServerContext) -> URLSafeTimedSerializer:
 def _signed_in(ctx: ServerContext, sid: str) -> tuple[str, int] | None:
     """The live server-side session of ``sid`` whose account still exists."""
     with ctx.db.read() as session:
-        row = session.execute(
-            select(_RECORDS.c.user_id, _RECORDS.c.auth_time)
-            .join(_USERS, _USERS.c.id == _RECORDS.c.user_id)
-            .where(_RECORDS.c.digest == digest(sid), _RECORDS.c.expires_at > ctx.now())
-        ).first()
-    return (str(row[0]), int(row[1])) if row is not None else None
+        return browser_sessions.signed_in(session, digest(sid), ctx.now())
 
 
 async def load_session(ctx: ServerContext, request: Request) -> BrowserSession:
@@ -86,22 +77,20 @@ def sign_in(ctx: ServerContext, browser: BrowserSession, user_id: str) -> None:
     browser.auth_time = now
     browser.changed = True
     with ctx.db.write() as session:
-        session.execute(delete(_RECORDS).where(_RECORDS.c.digest == digest(old)))
-        session.add(
-            BrowserSessionRecord(
-                digest=digest(browser.sid),
-                user_id=user_id,
-                auth_time=now,
-                created_at=now,
-                expires_at=now + ctx.settings.session_ttl,
-            )
+        browser_sessions.start(
+            session,
+            digest(browser.sid),
+            user_id,
+            now,
+            now + ctx.settings.session_ttl,
+            ending=digest(old),
         )
 
 
 def sign_out(ctx: ServerContext, browser: BrowserSession) -> None:
     """End the server-side session: no copy of the cookie is signed in any more."""
     with ctx.db.write() as session:
-        session.execute(delete(_RECORDS).where(_RECORDS.c.digest == digest(browser.sid)))
+        browser_sessions.end(session, digest(browser.sid))
     browser.sid = secrets.token_urlsafe(32)
     browser.user_id = None
     browser.auth_time = None

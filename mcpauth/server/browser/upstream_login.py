@@ -327,10 +327,7 @@ def _finish(
     sign_in(ctx, browser, signed_in.user_id)
     if login.interaction_id is not None:
         with ctx.db.write() as session:
-            row = session.get(Interaction, login.interaction_id)
-            if row is not None:
-                row.request = {**row.request, "sid": browser.sid, "signed_in_here": True}
-                session.add(row)
+            grant_store.rebind_interaction(session, login.interaction_id, browser.sid)
     return signed_in, None
 
 

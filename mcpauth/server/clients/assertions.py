@@ -4,18 +4,16 @@ by every replica."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import jwt as pyjwt
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidClient, OAuthError
 from mcpauth.server.context import ServerContext
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage.models import Client, UsedAssertion
+from mcpauth.server.storage.defences import record_jti
+from mcpauth.server.storage.models import Client
 
 MAX_LIFETIME = 300  # seconds an assertion may still be valid for when presented
 SIGNING_ALGS = (
@@ -53,23 +51,6 @@ def audiences(ctx: ServerContext, endpoint: str) -> set[str]:
         ctx.endpoint_url("token"),
         ctx.endpoint_url(endpoint),
     }
-
-
-def record_jti(session: Session, issuer: str, jti: str, expires_at: int, now: int) -> bool:
-    """Remember a ``jti`` until it expires; False if it was seen before (a replay)."""
-    key = hashlib.sha256(f"{issuer}\x00{jti}".encode()).hexdigest()
-    existing = session.get(UsedAssertion, key)
-    if existing is not None:
-        if existing.expires_at > now:
-            return False
-        session.delete(existing)
-        session.flush()
-    try:
-        with session.begin_nested():
-            session.add(UsedAssertion(key=key, expires_at=expires_at))
-    except IntegrityError:
-        return False
-    return True
 
 
 def _keys(ctx: ServerContext, client: Client) -> dict[str, jwt.VerificationKey]:

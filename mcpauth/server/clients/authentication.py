@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import Session
-
 from mcpauth.errors import InvalidClient, InvalidRequest, TooManyRequests
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
 from mcpauth.server.clients.assertions import (
@@ -21,6 +19,7 @@ from mcpauth.server.crypto import digest, matches
 from mcpauth.server.operations import lockout as throttle
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import address_in_key
+from mcpauth.server.storage.database import Session
 from mcpauth.server.storage.models import Client
 
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}

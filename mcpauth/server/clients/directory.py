@@ -30,7 +30,7 @@ from mcpauth.server.clients.metadata_documents import (
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 from mcpauth.server.config import Settings
 from mcpauth.server.storage.database import Database
-from mcpauth.server.storage.lookups import get_client
+from mcpauth.server.storage.lookups import get_client, replace_client
 from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import await_on_loop
 
@@ -87,10 +87,7 @@ class ClientDirectory:
             self._settings, client_id, fetcher=self._fetch, cache=self._documents
         )
         with db.write() as session:
-            stored = session.get(Client, client_id)
-            if stored is not None:
-                client.created_at = stored.created_at
-            session.merge(client)
+            replace_client(session, client)
         return client
 
     def _fetch(self, url: str) -> FetchedResponse:

@@ -16,7 +16,7 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.http_io import NO_STORE, client_metadata_body, error_response, json_response
 from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.lookups import all_scopes
+from mcpauth.server.storage.lookups import all_scopes, get_client, save_client
 from mcpauth.server.storage.models import Client
 from mcpauth.server.storage.prune import client_expires_at
 from mcpauth.server.threads import run_blocking
@@ -36,7 +36,7 @@ def _bearer(request: Request) -> str:
 
 def _load(ctx: ServerContext, client_id: str, token: str) -> Client:
     with ctx.db.read() as session:
-        client = session.get(Client, client_id)
+        client = get_client(session, client_id)
     # one answer for unknown clients and wrong tokens (nothing about which clients exist)
     if client is None or not matches(token, client.registration_token_digest):
         raise UNAUTHORIZED
@@ -48,7 +48,7 @@ def _information(ctx: ServerContext, client: Client, token: str) -> dict[str, An
     if client.secret_digest is not None:
         # not 0 ("never") for a client the pruner will delete when unused (docs/security.md T33)
         with ctx.db.read() as session:
-            expires_at = client_expires_at(session.connection(), ctx.settings, client)
+            expires_at = client_expires_at(session, ctx.settings, client)
         info["client_secret_expires_at"] = expires_at
     info.update(client.client_metadata)
     info["registration_access_token"] = token
@@ -59,11 +59,11 @@ def _information(ctx: ServerContext, client: Client, token: str) -> dict[str, An
 def _rotate_token(ctx: ServerContext, client: Client) -> str:
     token = new_token()
     with ctx.db.write() as session:
-        row = session.get(Client, client.client_id)
+        row = get_client(session, client.client_id)
         if row is None:
             raise UNAUTHORIZED
         row.registration_token_digest = digest(token)
-        session.add(row)
+        save_client(session, row)
     return token
 
 
@@ -88,12 +88,12 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
     records.check_name_is_free(ctx, validated.client_name, client_id=client_id)
     new = new_token()
     with ctx.db.write() as session:
-        row = session.get(Client, client_id)
+        row = get_client(session, client_id)
         if row is None:
             raise UNAUTHORIZED
         records.apply_metadata(row, validated)
         row.registration_token_digest = digest(new)
-        session.add(row)
+        save_client(session, row)
     ctx.clients.forget(client_id)
     return _information(ctx, row, new)
 

@@ -8,14 +8,13 @@ import unicodedata
 from typing import Any
 from urllib.parse import quote
 
-from sqlmodel import select
-
 from mcpauth import oauth
 from mcpauth.errors import InvalidClient, InvalidClientMetadata
 from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.validation import ValidatedClient
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.storage.lookups import admin_client_names, save_client
 from mcpauth.server.storage.models import Client
 from mcpauth.uris import MalformedURL, parse_url
 
@@ -56,8 +55,7 @@ def check_name_is_free(ctx: ServerContext, name: str, *, client_id: str | None =
     if not wanted:
         return
     with ctx.db.read() as session:
-        query = select(Client.client_name).where(Client.source == "admin")
-        taken = session.exec(query.where(Client.client_id != client_id)).all()
+        taken = admin_client_names(session, client_id)
     if any(_comparable(each) == wanted for each in taken):
         raise InvalidClientMetadata(
             "client_name: that name belongs to a client registered by the operator"
@@ -135,7 +133,7 @@ def create_client(
         created_at=now,
     )
     with ctx.db.write() as session:
-        session.add(row)
+        save_client(session, row)
     info: dict[str, Any] = {"client_id": client_id, "client_id_issued_at": now}
     if secret:
         info["client_secret"] = secret

@@ -7,15 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from sqlalchemy import Table, case, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlmodel import Session
-
 from mcpauth.caching import ExpiringCache
-from mcpauth.server.storage.database import Database
-from mcpauth.server.storage.models import Throttle
+from mcpauth.server.storage import defences
+from mcpauth.server.storage.database import Database, Session
 
-_TABLE: Table = Throttle.__table__  # type: ignore[attr-defined]
 MAX_LOCK_SECONDS = 3600
 LOCK_CACHE_SECONDS = 1.0
 
@@ -29,50 +24,22 @@ class Limit:
 
 def retry_after(session: Session, key: str, now: int) -> int:
     """Seconds until ``key`` may try again (0: not locked)."""
-    row = session.get(Throttle, key)
-    if row is None or row.locked_until <= now:
-        return 0
-    return row.locked_until - now
-
-
-def _upsert_failure(session: Session, key: str, now: int, window: int) -> int:
-    """Count one failure in one statement (concurrent replicas never lose a count nor
-    collide on the first insert); the count inside the current window."""
-    table = _TABLE
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    expired = table.c.window_start + window <= now
-    statement = (
-        insert(table)
-        .values(key=key, failures=1, window_start=now, locked_until=0)
-        .on_conflict_do_update(
-            index_elements=[table.c.key],
-            set_={
-                "failures": case((expired, 1), else_=table.c.failures + 1),
-                "window_start": case((expired, now), else_=table.c.window_start),
-            },
-        )
-        .returning(table.c.failures)
-    )
-    return int(session.connection().execute(statement).scalar_one())
+    return max(0, defences.locked_until(session, key) - now)
 
 
 def record_failure(session: Session, key: str, now: int, limit: Limit) -> int:
     """Count a failure; returns the lock in seconds it caused (0 if none)."""
-    failures = _upsert_failure(session, key, now, limit.window)
+    failures = defences.count_failure(session, key, now, limit.window)
     if failures < limit.failures:
         return 0
     excess = failures - limit.failures
     lock = int(min(limit.lockout * (1 << min(excess, 12)), MAX_LOCK_SECONDS))
-    session.connection().execute(
-        update(_TABLE).where(_TABLE.c.key == key).values(locked_until=now + lock)
-    )
+    defences.lock(session, key, now + lock)
     return lock
 
 
 def clear(session: Session, key: str) -> None:
-    row = session.get(Throttle, key)
-    if row is not None:
-        session.delete(row)
+    defences.clear_failures(session, key)
 
 
 class Lockouts:
@@ -85,8 +52,7 @@ class Lockouts:
 
     def _locked_until(self, key: str) -> int:
         with self._db.read() as session:
-            row = session.get(Throttle, key)
-        return row.locked_until if row is not None else 0
+            return defences.locked_until(session, key)
 
     def retry_after(self, keys: tuple[str, ...], now: int) -> int:
         """Seconds until every key may try again (0: none is locked)."""

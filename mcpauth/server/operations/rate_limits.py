@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, Table, select
-from sqlalchemy.dialects import postgresql, sqlite
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpauth.errors import TooManyRequests
@@ -23,7 +21,8 @@ from mcpauth.oauth import parse_basic_authorization
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import error_response
 from mcpauth.server.operations.size_limits import address_in_key
-from mcpauth.server.storage.models import RateCounter
+from mcpauth.server.storage.database import Engine
+from mcpauth.server.storage.defences import Slot, merge_rate_counts
 from mcpauth.server.threads import run_blocking
 
 SYNC_SECONDS = 1.0
@@ -36,13 +35,9 @@ class Rate:
     window: int = 60  # seconds
 
 
-Slot = tuple[str, int]  # (key, window start)
-
-
 class SharedCounters:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._table: Table = RateCounter.__table__  # type: ignore[attr-defined]
         self._pending: dict[Slot, int] = {}  # counted here, not yet in the table
         self._known: dict[Slot, int] = {}  # the table's total at the last sync
         self._lock = threading.Lock()
@@ -69,39 +64,12 @@ class SharedCounters:
     def due(self, now: float) -> bool:
         return now - self.synced_at >= SYNC_SECONDS or len(self._pending) > MAX_PENDING_KEYS
 
-    def _upsert(self, slot: Slot, delta: int) -> object:
-        key, start = slot
-        table = self._table
-        insert = postgresql.insert if self._engine.dialect.name == "postgresql" else sqlite.insert
-        same_window = (table.c.window_start == start).cast(table.c.count.type)
-        return (
-            insert(table)
-            .values(key=key, window_start=start, count=delta)
-            .on_conflict_do_update(
-                index_elements=[table.c.key],
-                set_={"count": same_window * table.c.count + delta, "window_start": start},
-            )
-            .returning(table.c.count)
-        )
-
     def sync(self, now: float, interesting: Iterable[Slot]) -> None:
         """Merge pending counts into the table and refresh the totals of ``interesting``."""
         with self._lock:
             pending, self._pending = self._pending, {}
             self.synced_at = now
-        totals: dict[Slot, int] = {}
-        with self._engine.connect() as conn:
-            conn = conn.execution_options(mcpauth_write=True)
-            with conn.begin():
-                for slot, delta in sorted(pending.items()):
-                    totals[slot] = int(conn.execute(self._upsert(slot, delta)).scalar_one())  # type: ignore[call-overload]
-                for slot in set(interesting) - set(totals):
-                    row = conn.execute(
-                        select(self._table.c.count).where(
-                            self._table.c.key == slot[0], self._table.c.window_start == slot[1]
-                        )
-                    ).first()
-                    totals[slot] = int(row[0]) if row else 0
+        totals = merge_rate_counts(self._engine, pending, interesting)
         with self._lock:
             self._known = {s: n for s, n in {**self._known, **totals}.items() if s[1] + 3600 > now}
 

@@ -14,9 +14,23 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Row, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError as DatabaseError
 from sqlmodel import Session
+
+# The types the domain packages name when they hold a unit of work or a row; only this package
+# imports SQLAlchemy and SQLModel (tests/test_layout.py).
+__all__ = [
+    "Connection",
+    "Database",
+    "DatabaseError",
+    "Engine",
+    "Row",
+    "Session",
+    "make_engine",
+    "sqlite_file",
+]
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PRIVATE_FILE_MODE = 0o600  # the database holds digests, keys and users: owner only
@@ -50,6 +64,16 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_begin(conn: Any) -> None:
     immediate = conn.get_execution_options().get("mcpauth_write", False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite database URL; None for another engine or an in-memory database."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    if parsed.database == ":memory:":
+        return None
+    return Path(parsed.database).expanduser()
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:

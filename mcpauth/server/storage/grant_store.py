@@ -17,6 +17,7 @@ from mcpauth.server.storage.models import (
     Grant,
     Interaction,
     RefreshToken,
+    RevokedAccessToken,
 )
 
 
@@ -72,8 +73,9 @@ def add_refresh_token(conn: Connection, values: dict[str, Any], now: int) -> Non
     conn.execute(update(GRANTS).where(GRANTS.c.id == values["grant_id"]).values(last_used_at=now))
 
 
-def revoke_grant(conn: Connection, grant_id: str, now: int) -> None:
+def revoke_grant(unit: Connection | Session, grant_id: str, now: int) -> None:
     """Revoke a grant and every refresh token of its family (replay, user revocation)."""
+    conn = unit.connection() if isinstance(unit, Session) else unit
     conn.execute(
         update(GRANTS)
         .where(GRANTS.c.id == grant_id, GRANTS.c.revoked_at.is_(None))
@@ -84,6 +86,40 @@ def revoke_grant(conn: Connection, grant_id: str, now: int) -> None:
         .where(REFRESH_TOKENS.c.grant_id == grant_id, REFRESH_TOKENS.c.rotated_at.is_(None))
         .values(rotated_at=now)
     )
+
+
+def access_token_revoked(session: Session, jti: str, grant_id: str | None) -> bool:
+    """Whether the access token ``jti`` was revoked, itself or with its grant ``grant_id``."""
+    if session.get(RevokedAccessToken, jti) is not None:
+        return True
+    if grant_id is None:
+        return False
+    grant = session.get(Grant, grant_id)
+    return grant is None or grant.revoked_at is not None
+
+
+def revoke_access_token(session: Session, jti: str, expires_at: int) -> None:
+    """Remember ``jti`` as revoked until the token would have expired anyway."""
+    if session.get(RevokedAccessToken, jti) is None:
+        session.add(RevokedAccessToken(jti=jti, expires_at=expires_at))
+
+
+def get_refresh_token(session: Session, digest: str) -> RefreshToken | None:
+    return session.get(RefreshToken, digest)
+
+
+def live_refresh_token(
+    session: Session, digest: str, now: int
+) -> tuple[RefreshToken, Grant] | None:
+    """The refresh token ``digest`` with its grant, if it is current (not rotated, not expired)
+    and its grant lives."""
+    row = session.get(RefreshToken, digest)
+    if row is None or row.rotated_at is not None or row.expires_at <= now:
+        return None
+    grant = session.get(Grant, row.grant_id)
+    if grant is None or grant.revoked_at is not None:
+        return None
+    return row, grant
 
 
 def user_grants(session: Session, user_id: str) -> list[Grant]:
@@ -132,6 +168,33 @@ def forget_consent(session: Session, user_id: str, client_id: str, resource: str
     consent = session.get(Consent, (user_id, client_id, resource))
     if consent is not None:
         session.delete(consent)
+
+
+def add_interaction(session: Session, interaction: Interaction) -> None:
+    session.add(interaction)
+
+
+def rebind_interaction(session: Session, interaction_id: str, sid: str) -> None:
+    """Move a pending request to the browser session ``sid`` that just signed in."""
+    interaction = session.get(Interaction, interaction_id)
+    if interaction is not None:
+        interaction.request = {**interaction.request, "sid": sid, "signed_in_here": True}
+        session.add(interaction)
+
+
+def drop_interaction(session: Session, interaction_id: str) -> None:
+    interaction = session.get(Interaction, interaction_id)
+    if interaction is not None:
+        session.delete(interaction)
+
+
+def add_grant_with_code(
+    session: Session, grant: Grant, code: AuthorizationCode, interaction_id: str
+) -> None:
+    """Store a new grant and its authorization code; the interaction it ends is consumed."""
+    drop_interaction(session, interaction_id)
+    session.add(grant)
+    session.add(code)
 
 
 def live_interaction(session: Session, interaction_id: str, now: int) -> Interaction | None:

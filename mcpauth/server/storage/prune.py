@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from mcpauth.server.config import Settings
-from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.models import (
     AuthorizationCode,
     BrowserSessionRecord,
@@ -114,7 +114,7 @@ def _unused_client(settings: Settings, now: int) -> ColumnElement[bool]:
     )
 
 
-def client_expires_at(conn: Connection, settings: Settings, client: Client) -> int:
+def client_expires_at(session: Session, settings: Settings, client: Client) -> int:
     """The earliest time the pruner may delete ``client``; 0 if it never will (registered by
     the operator). Until the client has a grant, the end of its unused period; each grant it
     uses keeps it until ``self_registered_client_idle_ttl`` after the grant's last use, and no
@@ -130,11 +130,15 @@ def client_expires_at(conn: Connection, settings: Settings, client: Client) -> i
         ),
         else_=GRANTS.c.created_at + settings.refresh_token_ttl,
     )
-    latest = conn.execute(
-        select(func.max(kept_by_use)).where(
-            GRANTS.c.client_id == client.client_id, GRANTS.c.revoked_at.is_(None)
+    latest = (
+        session.connection()
+        .execute(
+            select(func.max(kept_by_use)).where(
+                GRANTS.c.client_id == client.client_id, GRANTS.c.revoked_at.is_(None)
+            )
         )
-    ).scalar()
+        .scalar()
+    )
     unused_until = client.created_at + settings.self_registered_client_unused_ttl
     return max(unused_until, int(latest or 0))
 

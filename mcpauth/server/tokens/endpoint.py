@@ -17,7 +17,6 @@ from mcpauth.errors import (
 )
 from mcpauth.jwt import compact_json
 from mcpauth.server.clients import authentication
-from mcpauth.server.clients.assertions import record_jti
 from mcpauth.server.clients.authentication import PresentedCredentials
 from mcpauth.server.context import ServerContext
 from mcpauth.server.http_io import (
@@ -30,6 +29,7 @@ from mcpauth.server.http_io import (
     require_form,
 )
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants import (

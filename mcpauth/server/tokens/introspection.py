@@ -14,7 +14,7 @@ from mcpauth.server.clients.authentication import authenticate_request
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
-from mcpauth.server.storage.models import Grant, RefreshToken, RevokedAccessToken
+from mcpauth.server.storage import grant_store
 from mcpauth.server.threads import run_blocking
 
 INACTIVE: dict[str, Any] = {"active": False}
@@ -28,26 +28,22 @@ def access_token_claims(ctx: ServerContext, token: str) -> dict[str, Any] | None
         )
     except OAuthError:
         return None
+    grant_id = claims.get("gid")
     with ctx.db.read() as session:
-        if session.get(RevokedAccessToken, claims["jti"]) is not None:
+        if grant_store.access_token_revoked(
+            session, claims["jti"], grant_id if isinstance(grant_id, str) else None
+        ):
             return None
-        grant_id = claims.get("gid")
-        if isinstance(grant_id, str):
-            grant = session.get(Grant, grant_id)
-            if grant is None or grant.revoked_at is not None:
-                return None
     return claims
 
 
 def _refresh_token(ctx: ServerContext, token: str) -> dict[str, Any] | None:
     now = ctx.now()
     with ctx.db.read() as session:
-        row = session.get(RefreshToken, digest(token))
-        if row is None or row.rotated_at is not None or row.expires_at <= now:
-            return None
-        grant = session.get(Grant, row.grant_id)
-        if grant is None or grant.revoked_at is not None:
-            return None
+        found = grant_store.live_refresh_token(session, digest(token), now)
+    if found is None:
+        return None
+    row, grant = found
     return {
         "active": True,
         "token_type": "refresh_token",

@@ -6,12 +6,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row
-
 from mcpauth import jwt
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.database import Connection, Row
 
 
 @dataclass

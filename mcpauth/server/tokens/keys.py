@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
-from sqlmodel import col, select
 
 from mcpauth import jwt
 from mcpauth.errors import ConfigurationError
 from mcpauth.server.crypto import fernet_key
+from mcpauth.server.storage import signing_keys
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import SigningKey
 
@@ -64,8 +64,7 @@ class KeyManager:
     def ensure_key(self) -> None:
         """Create the first signing key if there is none."""
         with self._db.write() as session:
-            if session.exec(select(SigningKey).limit(1)).first() is None:
-                session.add(self._new_key(int(self._clock())))
+            signing_keys.add_first_key(session, lambda: self._new_key(int(self._clock())))
 
     def rotate(self) -> SigningKey:
         """Publish a new key now; it signs after the rotation delay, when the current keys
@@ -73,18 +72,17 @@ class KeyManager:
         now = int(self._clock())
         active_at = now + self._delay
         with self._db.write() as session:
-            for key in session.exec(select(SigningKey).where(col(SigningKey.retired_at).is_(None))):
-                key.retired_at = active_at
-                key.expires_at = active_at + self._ttl + EXPIRY_LEEWAY
-                session.add(key)
+            signing_keys.retire_current_keys(
+                session, active_at, active_at + self._ttl + EXPIRY_LEEWAY
+            )
             new = self._new_key(active_at)
-            session.add(new)
+            signing_keys.add_key(session, new)
         self._loaded_at = float("-inf")
         return new
 
     def list_keys(self) -> list[SigningKey]:
         with self._db.read() as session:
-            return list(session.exec(select(SigningKey).order_by(col(SigningKey.created_at))))
+            return signing_keys.all_keys(session)
 
     def _decrypt(self, key: SigningKey) -> jwt.PrivateKey:
         try:

@@ -15,17 +15,17 @@ from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.models import Client, RefreshToken, RevokedAccessToken
+from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import run_blocking
 
 
 def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> bool:
     with ctx.db.write() as session:
-        row = session.get(RefreshToken, digest(token))
+        row = grant_store.get_refresh_token(session, digest(token))
         if row is None:
             return False
         if row.client_id == client.client_id:
-            grant_store.revoke_grant(session.connection(), row.grant_id, ctx.now())
+            grant_store.revoke_grant(session, row.grant_id, ctx.now())
     return True
 
 
@@ -39,8 +39,7 @@ def _revoke_access_token(ctx: ServerContext, client: Client, token: str) -> None
     if claims.get("client_id") != client.client_id:
         return
     with ctx.db.write() as session:
-        if session.get(RevokedAccessToken, claims["jti"]) is None:
-            session.add(RevokedAccessToken(jti=claims["jti"], expires_at=int(claims["exp"])))
+        grant_store.revoke_access_token(session, claims["jti"], int(claims["exp"]))
 
 
 def _handle(

@@ -7,19 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 import jwt as pyjwt
-from sqlmodel import Session
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
-from mcpauth.server.clients.assertions import record_jti
 from mcpauth.server.context import ServerContext
-from mcpauth.server.crypto import digest, new_id
+from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
-from mcpauth.server.storage.lookups import user_by_name
-from mcpauth.server.storage.models import Client, User
+from mcpauth.server.storage.defences import record_jti
+from mcpauth.server.storage.lookups import find_or_add_user
+from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims
 from mcpauth.uris import URIError, canonical_resource
 
@@ -95,16 +94,6 @@ def local_username(issuer: str, subject: str) -> str:
     return username
 
 
-def _user_for(session: Session, username: str, now: int) -> str:
-    """The local user called ``username`` (created on first use, with no password: it can
-    sign in only through its identity provider)."""
-    user = user_by_name(session, username)
-    if user is None:
-        user = User(id=new_id(), username=username, password_hash="!", created_at=now)
-        session.add(user)
-    return user.id
-
-
 def issue(
     ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
@@ -127,7 +116,7 @@ def issue(
         if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):
             audit("replay.detected", kind="id_jag", client_id=client.client_id)
             raise InvalidGrant("The assertion was already used")
-        user_id = _user_for(session, username, now)
+        user_id = find_or_add_user(session, username, now)
     token = access_token_claims(
         ctx,
         subject=user_id,

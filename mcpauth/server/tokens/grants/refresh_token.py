@@ -7,14 +7,13 @@ from __future__ import annotations
 from hmac import compare_digest
 from typing import Any
 
-from sqlalchemy import Connection, Row
-
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.database import Connection, Row
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
 

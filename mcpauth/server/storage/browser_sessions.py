@@ -1,0 +1,38 @@
+"""Signed-in browser sessions: one row per session under the SHA-256 digest of its id, alive
+while its account exists and until it expires."""
+
+from __future__ import annotations
+
+from sqlalchemy import Table, delete, select
+from sqlmodel import Session
+
+from mcpauth.server.storage.models import BrowserSessionRecord, User
+
+_RECORDS: Table = BrowserSessionRecord.__table__  # type: ignore[attr-defined]
+_USERS: Table = User.__table__  # type: ignore[attr-defined]
+
+
+def signed_in(session: Session, sid_digest: str, now: int) -> tuple[str, int] | None:
+    """(user id, auth time) of the live session ``sid_digest`` whose account still exists."""
+    row = session.execute(
+        select(_RECORDS.c.user_id, _RECORDS.c.auth_time)
+        .join(_USERS, _USERS.c.id == _RECORDS.c.user_id)
+        .where(_RECORDS.c.digest == sid_digest, _RECORDS.c.expires_at > now)
+    ).first()
+    return (str(row[0]), int(row[1])) if row is not None else None
+
+
+def start(
+    session: Session, sid_digest: str, user_id: str, now: int, expires_at: int, *, ending: str
+) -> None:
+    """Record the session ``sid_digest`` for ``user_id``; the session ``ending`` ends."""
+    end(session, ending)
+    session.add(
+        BrowserSessionRecord(
+            digest=sid_digest, user_id=user_id, auth_time=now, created_at=now, expires_at=expires_at
+        )
+    )
+
+
+def end(session: Session, sid_digest: str) -> None:
+    session.execute(delete(_RECORDS).where(_RECORDS.c.digest == sid_digest))
