@@ -320,6 +320,10 @@ class Settings(BaseModel):
     def is_https(self) -> bool:
         return self.issuer.startswith("https://")
 
+    def endpoint_url(self, name: str) -> str:
+        """The URL of the endpoint ``name`` (``token``, ``interaction/ID``...) below the issuer."""
+        return f"{self.issuer.rstrip('/')}/{name}"
+
 
 def _coerce_env(name: str, value: str) -> Any:
     """An environment variable's text as the setting's type asks for it: a tuple from a

@@ -47,7 +47,7 @@ class ServerContext:
         return int(self.clock())
 
     def endpoint_url(self, name: str) -> str:
-        return f"{self.settings.issuer.rstrip('/')}/{name}"
+        return self.settings.endpoint_url(name)
 
 
 def get_context(request: Request) -> ServerContext:

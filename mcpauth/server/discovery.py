@@ -13,10 +13,11 @@ from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http_io import json_response
 from mcpauth.server.storage import migrate
-from mcpauth.server.storage.database import DatabaseError
+from mcpauth.server.storage.database import Database, DatabaseError
 from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
@@ -24,17 +25,16 @@ from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
 GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
 
 
-def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
-    settings = ctx.settings
+def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
     if settings.offline_access:
         scopes = sorted({*scopes, "offline_access"})
     document = AuthorizationServerMetadata(
         issuer=settings.issuer,
-        authorization_endpoint=ctx.endpoint_url("authorize"),
-        token_endpoint=ctx.endpoint_url("token"),
-        jwks_uri=ctx.endpoint_url("jwks.json"),
+        authorization_endpoint=settings.endpoint_url("authorize"),
+        token_endpoint=settings.endpoint_url("token"),
+        jwks_uri=settings.endpoint_url("jwks.json"),
         registration_endpoint=(
-            ctx.endpoint_url("register") if settings.registration_policy != "closed" else None
+            settings.endpoint_url("register") if settings.registration_policy != "closed" else None
         ),
         scopes_supported=scopes,
         response_types_supported=["code"],
@@ -42,9 +42,9 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
         grant_types_supported=GRANT_TYPES + ([JWT_BEARER] if settings.trusted_idps else []),
         token_endpoint_auth_methods_supported=list(AUTH_METHODS),
         token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
-        revocation_endpoint=ctx.endpoint_url("revoke"),
+        revocation_endpoint=settings.endpoint_url("revoke"),
         revocation_endpoint_auth_methods_supported=list(AUTH_METHODS),
-        introspection_endpoint=ctx.endpoint_url("introspect"),
+        introspection_endpoint=settings.endpoint_url("introspect"),
         introspection_endpoint_auth_methods_supported=[m for m in AUTH_METHODS if m != "none"],
         code_challenge_methods_supported=["S256"],
         authorization_response_iss_parameter_supported=True,
@@ -55,15 +55,17 @@ def build_metadata(ctx: ServerContext, scopes: list[str]) -> dict[str, Any]:
     return document.to_json()
 
 
-def _load_scopes(ctx: ServerContext) -> list[str]:
-    with ctx.db.read() as session:
+def _load_scopes(db: Database) -> list[str]:
+    with db.read() as session:
         return all_scopes(session)
 
 
 async def metadata(request: Request) -> Response:
     ctx = get_context(request)
-    scopes = await run_blocking(_load_scopes, ctx)
-    return json_response(build_metadata(ctx, scopes), headers={"Cache-Control": "max-age=300"})
+    scopes = await run_blocking(_load_scopes, ctx.db)
+    return json_response(
+        build_metadata(ctx.settings, scopes), headers={"Cache-Control": "max-age=300"}
+    )
 
 
 async def jwks(request: Request) -> Response:

@@ -34,7 +34,7 @@ async def shows_login(http: httpx.AsyncClient, client_id: str) -> bool:
 
 
 def cookie_of(http: httpx.AsyncClient, app: Starlette) -> str:
-    value = http.cookies.get(cookie_name(app.state.mcpauth))
+    value = http.cookies.get(cookie_name(app.state.mcpauth.settings))
     assert value
     return value
 
@@ -59,7 +59,7 @@ async def test_a_cookie_copied_before_sign_out_is_not_signed_in_after_it(
     await http.post(urljoin(str(page.request.url), logout.action), data=logout.fields)
     transport = httpx.ASGITransport(app=seeded)
     async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as thief:
-        thief.cookies.set(cookie_name(seeded.state.mcpauth), copied)
+        thief.cookies.set(cookie_name(seeded.state.mcpauth.settings), copied)
         assert "password" in forms((await thief.get("/account")).text)[0].fields
         assert await shows_login(thief, public_client["client_id"])
 
@@ -77,7 +77,7 @@ async def test_issuers_sharing_a_secret_reject_each_others_cookies(
     add_user(other, "mallory", password_hash)
     transport = httpx.ASGITransport(app=other)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.2:9000") as b:
-        b.cookies.set(cookie_name(other.state.mcpauth), copied)
+        b.cookies.set(cookie_name(other.state.mcpauth.settings), copied)
         page = await b.get("/account")
     assert "password" in forms(page.text)[0].fields
     assert "alice" not in page.text
@@ -94,7 +94,9 @@ async def test_signing_in_rotates_the_session_id(
     assert after != before
     transport = httpx.ASGITransport(app=seeded)
     async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as fixer:
-        fixer.cookies.set(cookie_name(seeded.state.mcpauth), before)  # the pre-sign-in cookie
+        fixer.cookies.set(
+            cookie_name(seeded.state.mcpauth.settings), before
+        )  # the pre-sign-in cookie
         assert "password" in forms((await fixer.get("/account")).text)[0].fields
 
 

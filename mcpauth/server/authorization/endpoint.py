@@ -142,7 +142,7 @@ def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str) -> Respon
     try:
         request = _validate(ctx, client, params, repeated, sid)
     except OAuthError as error:
-        return error_redirect(ctx, client, redirect_uri, state, error)
+        return error_redirect(ctx.settings.issuer, client, redirect_uri, state, error)
     now = ctx.now()
     interaction = Interaction(
         id=new_id(),

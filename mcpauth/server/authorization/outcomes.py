@@ -57,7 +57,7 @@ def see_other(url: str) -> Response:
 
 
 def error_redirect(
-    ctx: ServerContext,
+    issuer: str,
     client: Client,
     redirect_uri: str,
     state: str | None,
@@ -71,7 +71,7 @@ def error_redirect(
         "error": error.error,
         "error_description": error.to_dict().get("error_description"),
         "state": state,
-        "iss": ctx.settings.issuer,  # RFC 9207 §2: on error responses too
+        "iss": issuer,  # RFC 9207 §2: on error responses too
     }
     url = redirect_url(redirect_uri, params)
     if user_acted or is_trusted(client):
@@ -142,6 +142,6 @@ def issue_code(
     return code
 
 
-def code_redirect(ctx: ServerContext, request: AuthorizationRequest, code: str) -> Response:
-    params = {"code": code, "state": request.state, "iss": ctx.settings.issuer}
+def code_redirect(issuer: str, request: AuthorizationRequest, code: str) -> Response:
+    params = {"code": code, "state": request.state, "iss": issuer}
     return see_other(redirect_url(request.redirect_uri, params))

@@ -11,22 +11,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.authorization.outcomes import see_other
+from mcpauth.server.browser import csrf
 from mcpauth.server.browser.display import ClientView
 from mcpauth.server.browser.interaction import client_view_of
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
-    csrf_token,
-    csrf_valid,
     load_session,
     save_session,
     sign_out,
 )
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
-from mcpauth.server.storage.database import Session
+from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.lookups import get_client, get_resource, get_user
 from mcpauth.server.storage.models import Grant
 from mcpauth.server.threads import run_blocking
@@ -51,7 +51,7 @@ def _login_page(
         error=error,
         username=username,
         action=ctx.endpoint_url("account/login"),
-        csrf_token=csrf_token(ctx, browser, LOGIN_PURPOSE),
+        csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, LOGIN_PURPOSE),
         local_accounts=ctx.settings.local_accounts,
         providers=provider_buttons(ctx, browser, "account"),
     )
@@ -94,7 +94,7 @@ class Application:
 
 
 def _applications(
-    ctx: ServerContext, session: Session, user_id: str, only: str | None = None
+    settings: Settings, session: Session, user_id: str, only: str | None = None
 ) -> list[Application]:
     by_client: dict[str, list[Grant]] = {}
     for grant in grant_store.user_grants(session, user_id):
@@ -124,7 +124,7 @@ def _applications(
                 client_view_of(client),
                 access,
                 datetime.fromtimestamp(used, UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                ctx.endpoint_url("account/revoke") + "?" + urlencode({"client_id": client_id}),
+                settings.endpoint_url("account/revoke") + "?" + urlencode({"client_id": client_id}),
             )
         )
     return apps
@@ -142,7 +142,11 @@ def _account_view(
             client = get_client(session, revoked)
             name = client_view_of(client).name if client else "The application"
             notice = f"Access for {name} was revoked."
-        return identities.display_name(session, user), _applications(ctx, session, user_id), notice
+        return (
+            identities.display_name(session, user),
+            _applications(ctx.settings, session, user_id),
+            notice,
+        )
 
 
 async def page(request: Request) -> Response:
@@ -162,7 +166,7 @@ async def page(request: Request) -> Response:
             username=username,
             apps=apps,
             notice=notice,
-            csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
+            csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE),
             logout_action=ctx.endpoint_url("account/logout"),
         )
     save_session(ctx, browser, response)
@@ -171,7 +175,7 @@ async def page(request: Request) -> Response:
 
 def _application(ctx: ServerContext, user_id: str, client_id: str) -> Application | None:
     with ctx.db.read() as session:
-        found = _applications(ctx, session, user_id, only=client_id)
+        found = _applications(ctx.settings, session, user_id, only=client_id)
     return found[0] if found else None
 
 
@@ -184,23 +188,23 @@ async def confirm_revoke(request: Request) -> Response:
         return see_other(ctx.endpoint_url("account"))
     app = await run_blocking(_application, ctx, browser.user_id, client_id)
     if app is None:
-        return _no_such_application(ctx)
+        return _no_such_application(ctx.settings)
     return render(
         "revoke.html",
         app=app,
         action=ctx.endpoint_url("account/revoke"),
         account_url=ctx.endpoint_url("account"),
-        csrf_token=csrf_token(ctx, browser, ACCOUNT_PURPOSE),
+        csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE),
     )
 
 
-def _no_such_application(ctx: ServerContext) -> Response:
+def _no_such_application(settings: Settings) -> Response:
     return error_page(
         "invalid_request",
         "This application is not connected to your account (any more).",
         404,
         title="Application not found",
-        back_url=ctx.endpoint_url("account"),
+        back_url=settings.endpoint_url("account"),
         back_label="Back to your applications",
     )
 
@@ -224,24 +228,24 @@ async def _refused_form(
     ctx: ServerContext, request: Request, browser: BrowserSession
 ) -> Response | None:
     """The page refusing an account form (cross-site, signed out, stale token), or None."""
-    refused = refuse_cross_site(ctx, request)
+    refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token = form.get("csrf_token")
-    if browser.user_id is None or not csrf_valid(
-        ctx, browser, ACCOUNT_PURPOSE, token if isinstance(token, str) else None
+    if browser.user_id is None or not csrf.csrf_valid(
+        ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE, token if isinstance(token, str) else None
     ):
         return error_page("invalid_request", "The form has expired. Reload the page.", 403)
     return None
 
 
-def _revoke(ctx: ServerContext, user_id: str, client_id: str) -> bool:
+def _revoke(db: Database, now: int, user_id: str, client_id: str) -> bool:
     """Revoke every grant of the user for the client and forget the consents."""
-    with ctx.db.write() as session:
+    with db.write() as session:
         rows = [g for g in grant_store.user_grants(session, user_id) if g.client_id == client_id]
         for grant in rows:
-            grant_store.revoke_grant(session, grant.id, ctx.now())
+            grant_store.revoke_grant(session, grant.id, now)
             grant_store.forget_consent(session, user_id, grant.client_id, grant.resource)
     return bool(rows)
 
@@ -254,10 +258,10 @@ async def revoke(request: Request) -> Response:
         return refused
     client_id = (await request.form()).get("client_id")
     if not isinstance(client_id, str) or not client_id:
-        return _no_such_application(ctx)
-    found = await run_blocking(_revoke, ctx, browser.user_id or "", client_id)
+        return _no_such_application(ctx.settings)
+    found = await run_blocking(_revoke, ctx.db, ctx.now(), browser.user_id or "", client_id)
     if not found:
-        return _no_such_application(ctx)
+        return _no_such_application(ctx.settings)
     audit("account.revoked", user_id=browser.user_id, client_id=client_id)
     return see_other(ctx.endpoint_url("account") + "?" + urlencode({"revoked": client_id}))
 
@@ -268,7 +272,7 @@ async def logout(request: Request) -> Response:
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:
         return refused
-    await run_blocking(sign_out, ctx, browser)
+    await run_blocking(sign_out, ctx.db, browser)
     response = see_other(ctx.endpoint_url("account") + "?signed_out=1")
     save_session(ctx, browser, response)
     return response

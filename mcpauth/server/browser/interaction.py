@@ -17,13 +17,12 @@ from mcpauth.server.authorization.outcomes import (
     issue_code,
     see_other,
 )
+from mcpauth.server.browser import csrf
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
-    csrf_token,
-    csrf_valid,
     load_session,
     save_session,
 )
@@ -31,6 +30,7 @@ from mcpauth.server.clients.redirect_uris import all_loopback
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import get_client, get_resource, get_user
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
@@ -44,9 +44,9 @@ class ConsentRequired(OAuthError):
     error = "consent_required"
 
 
-def _load(ctx: ServerContext, interaction_id: str) -> tuple[Interaction, Client] | None:
-    with ctx.db.read() as session:
-        interaction = grant_store.live_interaction(session, interaction_id, ctx.now())
+def _load(db: Database, now: int, interaction_id: str) -> tuple[Interaction, Client] | None:
+    with db.read() as session:
+        interaction = grant_store.live_interaction(session, interaction_id, now)
         if interaction is None:
             return None
         client = get_client(session, interaction.request["client_id"])
@@ -136,7 +136,7 @@ def _consent_page(
         loopback_only=all_loopback(client.redirect_uris),
         action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
         account_url=ctx.endpoint_url("account"),
-        csrf_token=csrf_token(ctx, browser, f"consent:{interaction.id}"),
+        csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, f"consent:{interaction.id}"),
     )
 
 
@@ -156,7 +156,7 @@ def _login_page(
         error=error,
         username=username,
         action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
-        csrf_token=csrf_token(ctx, browser, f"login:{interaction_id}"),
+        csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, f"login:{interaction_id}"),
         local_accounts=ctx.settings.local_accounts,
         providers=provider_buttons(ctx, browser, interaction_id),
     )
@@ -164,7 +164,7 @@ def _login_page(
 
 def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -> Response:
     """Show what the request needs next: login, consent, or the code."""
-    loaded = _load(ctx, interaction_id)
+    loaded = _load(ctx.db, ctx.now(), interaction_id)
     if loaded is None:
         return _expired()
     interaction, client = loaded
@@ -180,14 +180,18 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
     if not signed_in:
         if req.prompt == "none":
             return error_redirect(
-                ctx, client, req.redirect_uri, req.state, LoginRequired("The user is not signed in")
+                ctx.settings.issuer,
+                client,
+                req.redirect_uri,
+                req.state,
+                LoginRequired("The user is not signed in"),
             )
         return _login_page(ctx, browser, interaction.id, client)
     user_id = browser.user_id or ""
     if _needs_consent(ctx, req, client, user_id):
         if req.prompt == "none":
             return error_redirect(
-                ctx,
+                ctx.settings.issuer,
                 client,
                 req.redirect_uri,
                 req.state,
@@ -195,7 +199,7 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
             )
         return _consent_page(ctx, browser, interaction, client, req)
     code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
-    return code_redirect(ctx, req, code)
+    return code_redirect(ctx.settings.issuer, req, code)
 
 
 async def show(request: Request) -> Response:
@@ -210,7 +214,7 @@ async def login(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
     browser = await load_session(ctx, request)
-    loaded = await run_blocking(_load, ctx, interaction_id)
+    loaded = await run_blocking(_load, ctx.db, ctx.now(), interaction_id)
     if loaded is None:
         return _expired()
     interaction, client = loaded
@@ -235,21 +239,21 @@ async def login(request: Request) -> Response:
             ctx, browser, interaction_id, client, outcome.error, outcome.username, outcome.status
         )
     # the session id rotated on sign-in: the request moves with it
-    await run_blocking(_rebind, ctx, interaction_id, browser.sid)
+    await run_blocking(_rebind, ctx.db, interaction_id, browser.sid)
     response = see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
     save_session(ctx, browser, response)
     return response
 
 
-def _rebind(ctx: ServerContext, interaction_id: str, sid: str) -> None:
-    with ctx.db.write() as session:
+def _rebind(db: Database, interaction_id: str, sid: str) -> None:
+    with db.write() as session:
         grant_store.rebind_interaction(session, interaction_id, sid)
 
 
 def _decide(
     ctx: ServerContext, browser: BrowserSession, interaction_id: str, action: str
 ) -> Response:
-    loaded = _load(ctx, interaction_id)
+    loaded = _load(ctx.db, ctx.now(), interaction_id)
     if loaded is None:
         return _expired()
     interaction, client = loaded
@@ -267,7 +271,7 @@ def _decide(
         with ctx.db.write() as session:
             grant_store.drop_interaction(session, interaction_id)
         return error_redirect(
-            ctx,
+            ctx.settings.issuer,
             client,
             req.redirect_uri,
             req.state,
@@ -282,21 +286,24 @@ def _decide(
         interaction_id,
         approved_as=client_view_of(client).name,
     )
-    return code_redirect(ctx, req, code)
+    return code_redirect(ctx.settings.issuer, req, code)
 
 
 async def consent(request: Request) -> Response:
     ctx = get_context(request)
     interaction_id = request.path_params["interaction_id"]
     browser = await load_session(ctx, request)
-    refused = refuse_cross_site(ctx, request)
+    refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     token = form.get("csrf_token")
     action = form.get("action")
-    if not csrf_valid(
-        ctx, browser, f"consent:{interaction_id}", token if isinstance(token, str) else None
+    if not csrf.csrf_valid(
+        ctx.cookie_secret,
+        browser.sid,
+        f"consent:{interaction_id}",
+        token if isinstance(token, str) else None,
     ):
         return error_page(
             "invalid_request",

@@ -13,7 +13,8 @@ from starlette.responses import Response
 
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.pages import error_page, render
-from mcpauth.server.browser.sessions import BrowserSession, csrf_token, csrf_valid, sign_in
+from mcpauth.server.browser.sessions import BrowserSession, sign_in
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import client_ip
@@ -25,6 +26,7 @@ from mcpauth.server.operations.size_limits import (
     MAX_USERNAME_LENGTH,
     address_in_key,
 )
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import user_by_name
 from mcpauth.server.threads import run_blocking
 from mcpauth.uris import origin
@@ -53,7 +55,7 @@ def provider_buttons(
     """The buttons starting sign-in through each upstream provider, for an interaction's
     sign-in page (``target`` its id) or the account page (``target`` ``account``)."""
     base = f"interaction/{target}/upstream" if target != "account" else "account/upstream"
-    token = csrf_token(ctx, browser, upstream_purpose(target))
+    token = csrf.csrf_token(ctx.cookie_secret, browser.sid, upstream_purpose(target))
     return [
         ProviderButton(provider.name, ctx.endpoint_url(f"{base}/{provider.id}/login"), token)
         for provider in ctx.upstream
@@ -68,10 +70,10 @@ class LoginOutcome:
     status: int = 200
 
 
-def refuse_cross_site(ctx: ServerContext, request: Request) -> Response | None:
+def refuse_cross_site(issuer: str, request: Request) -> Response | None:
     """The page for a form POST that did not come from this server's own pages (logged with
     its reason), or None when it did (see :mod:`mcpauth.server.browser.csrf`)."""
-    reason = csrf.cross_site_reason(request.headers, origin(ctx.settings.issuer))
+    reason = csrf.cross_site_reason(request.headers, origin(issuer))
     if reason is None:
         return None
     csrf.refuse_logged(reason, request.url.path)
@@ -84,11 +86,11 @@ def refuse_cross_site(ctx: ServerContext, request: Request) -> Response | None:
     )
 
 
-def locked_page(ctx: ServerContext, seconds: int, retry_url: str) -> Response:
+def locked_page(seconds: int, retry_url: str, now: int) -> Response:
     """429 with the wait in words, the time it ends and a way to try again."""
     minutes = -(-seconds // 60)
     wait = f"{seconds} seconds" if seconds < 120 else f"about {minutes} minutes"
-    until = datetime.fromtimestamp(ctx.now() + seconds, UTC).strftime("%H:%M:%S UTC")
+    until = datetime.fromtimestamp(now + seconds, UTC).strftime("%H:%M:%S UTC")
     page = render("locked.html", 429, wait=wait, until=until, retry_url=retry_url)
     page.headers["Retry-After"] = str(seconds)
     return page
@@ -102,8 +104,7 @@ def account_key(username: str, address: str) -> str:
     return f"login:at:{digest(username.lower())[:32]}:{address_in_key(address)}"
 
 
-def _limits(ctx: ServerContext) -> tuple[lockout.Limit, lockout.Limit]:
-    settings = ctx.settings
+def _limits(settings: Settings) -> tuple[lockout.Limit, lockout.Limit]:
     account = lockout.Limit(settings.login_max_failures, 900, settings.login_lockout_seconds)
     address = lockout.Limit(
         settings.login_max_failures * IP_FAILURES_PER_ACCOUNT_LIMIT,
@@ -113,28 +114,27 @@ def _limits(ctx: ServerContext) -> tuple[lockout.Limit, lockout.Limit]:
     return account, address
 
 
-def _locked(ctx: ServerContext, keys: tuple[str, str]) -> int:
-    now = ctx.now()
-    with ctx.db.read() as session:
+def _locked(db: Database, now: int, keys: tuple[str, str]) -> int:
+    with db.read() as session:
         return max(lockout.retry_after(session, key, now) for key in keys)
 
 
 def _fail(ctx: ServerContext, keys: tuple[str, str]) -> None:
-    account, address = _limits(ctx)
+    account, address = _limits(ctx.settings)
     now = ctx.now()
     with ctx.db.write() as session:
         lockout.record_failure(session, keys[0], now, account)
         lockout.record_failure(session, keys[1], now, address)
 
 
-def _password_hash(ctx: ServerContext, username: str) -> tuple[str | None, str | None]:
-    with ctx.db.read() as session:
+def _password_hash(db: Database, username: str) -> tuple[str | None, str | None]:
+    with db.read() as session:
         user = user_by_name(session, username)
     return (user.id, user.password_hash) if user else (None, None)
 
 
-def _succeed(ctx: ServerContext, account_key: str) -> None:
-    with ctx.db.write() as session:
+def _succeed(db: Database, account_key: str) -> None:
+    with db.write() as session:
         lockout.clear(session, account_key)
 
 
@@ -148,7 +148,7 @@ async def attempt_login(
 ) -> LoginOutcome | Response:
     """Check a posted login form; on success the session is signed in (id rotated). A locked
     account or address gets a page with the wait and a link to ``retry_url``."""
-    refused = refuse_cross_site(ctx, request)
+    refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
     if not ctx.settings.local_accounts:
@@ -163,7 +163,7 @@ async def attempt_login(
         )
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    if not csrf_valid(ctx, browser, purpose, fields.get("csrf_token")):
+    if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, purpose, fields.get("csrf_token")):
         return error_page(
             "invalid_request",
             "The sign-in form had expired or was sent twice, so nothing was done.",
@@ -184,18 +184,18 @@ async def attempt_login(
         return LoginOutcome(error=error, username=username)
     address = client_ip(request)
     keys = (account_key(username, address), f"login:ip:{address_in_key(address)}")
-    locked = await run_blocking(_locked, ctx, keys)
+    locked = await run_blocking(_locked, ctx.db, ctx.now(), keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
-        return locked_page(ctx, locked, retry_url)
-    user_id, password_hash = await run_blocking(_password_hash, ctx, username)
+        return locked_page(locked, retry_url, ctx.now())
+    user_id, password_hash = await run_blocking(_password_hash, ctx.db, username)
     if not await verify_password(password, password_hash) or user_id is None:
         await run_blocking(_fail, ctx, keys)
         audit("login.failure", username=username, address=client_ip(request))
         # the form again, with the error: 200, as a 401 needs a WWW-Authenticate challenge
         # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
         return LoginOutcome(error="Wrong username or password.", username=username)
-    await run_blocking(_succeed, ctx, keys[0])
+    await run_blocking(_succeed, ctx.db, keys[0])
     await run_blocking(sign_in, ctx, browser, user_id)
     audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)

@@ -16,10 +16,11 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server.browser import csrf
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.storage import browser_sessions
+from mcpauth.server.storage.database import Database
 from mcpauth.server.threads import run_blocking
 
 
@@ -35,32 +36,32 @@ class BrowserSession:
         return cls(sid=secrets.token_urlsafe(32), changed=True)
 
 
-def cookie_name(ctx: ServerContext) -> str:
-    return "__Host-mcpauth" if ctx.settings.is_https else "mcpauth_session"
+def cookie_name(settings: Settings) -> str:
+    return "__Host-mcpauth" if settings.is_https else "mcpauth_session"
 
 
-def _serializer(ctx: ServerContext) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(ctx.cookie_secret, salt="mcpauth-session")
+def _serializer(cookie_secret: bytes) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(cookie_secret, salt="mcpauth-session")
 
 
-def _signed_in(ctx: ServerContext, sid: str) -> tuple[str, int] | None:
+def _signed_in(db: Database, now: int, sid: str) -> tuple[str, int] | None:
     """The live server-side session of ``sid`` whose account still exists."""
-    with ctx.db.read() as session:
-        return browser_sessions.signed_in(session, digest(sid), ctx.now())
+    with db.read() as session:
+        return browser_sessions.signed_in(session, digest(sid), now)
 
 
 async def load_session(ctx: ServerContext, request: Request) -> BrowserSession:
     """The request's session (signed in only while its server-side record and account live),
     or a fresh anonymous one (to be set on the response)."""
-    raw = request.cookies.get(cookie_name(ctx))
+    raw = request.cookies.get(cookie_name(ctx.settings))
     if raw:
         try:
-            data = _serializer(ctx).loads(raw, max_age=ctx.settings.session_ttl)
+            data = _serializer(ctx.cookie_secret).loads(raw, max_age=ctx.settings.session_ttl)
         except BadSignature:
             data = None
         if isinstance(data, dict) and isinstance(data.get("sid"), str):
             sid = data["sid"]
-            found = await run_blocking(_signed_in, ctx, sid)
+            found = await run_blocking(_signed_in, ctx.db, ctx.now(), sid)
             if found is None:
                 return BrowserSession(sid=sid)
             return BrowserSession(sid=sid, user_id=found[0], auth_time=found[1])
@@ -87,9 +88,9 @@ def sign_in(ctx: ServerContext, browser: BrowserSession, user_id: str) -> None:
         )
 
 
-def sign_out(ctx: ServerContext, browser: BrowserSession) -> None:
+def sign_out(db: Database, browser: BrowserSession) -> None:
     """End the server-side session: no copy of the cookie is signed in any more."""
-    with ctx.db.write() as session:
+    with db.write() as session:
         browser_sessions.end(session, digest(browser.sid))
     browser.sid = secrets.token_urlsafe(32)
     browser.user_id = None
@@ -101,21 +102,11 @@ def save_session(ctx: ServerContext, session: BrowserSession, response: Response
     if not session.changed:
         return
     response.set_cookie(
-        cookie_name(ctx),
-        _serializer(ctx).dumps({"sid": session.sid}),
+        cookie_name(ctx.settings),
+        _serializer(ctx.cookie_secret).dumps({"sid": session.sid}),
         max_age=ctx.settings.session_ttl,
         path="/",
         secure=ctx.settings.is_https,
         httponly=True,
         samesite="lax",
     )
-
-
-def csrf_token(ctx: ServerContext, session: BrowserSession, purpose: str) -> str:
-    return csrf.csrf_token(ctx.cookie_secret, session.sid, purpose)
-
-
-def csrf_valid(
-    ctx: ServerContext, session: BrowserSession, purpose: str, token: str | None
-) -> bool:
-    return csrf.csrf_valid(ctx.cookie_secret, session.sid, purpose, token)

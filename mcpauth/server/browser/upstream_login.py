@@ -21,15 +21,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.authorization.outcomes import AuthorizationRequest, see_other
+from mcpauth.server.browser import csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import (
     BrowserSession,
-    csrf_valid,
     load_session,
     save_session,
     sign_in,
 )
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.identity.accounts import Refused, admit
@@ -42,6 +43,7 @@ from mcpauth.server.identity.upstream import (
 )
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Interaction, UpstreamLogin
 from mcpauth.server.threads import run_blocking
 
@@ -63,20 +65,20 @@ class Refusal:
     error: str = "access_denied"  # the code the page shows (for support)
 
 
-def callback_url(ctx: ServerContext, provider: Provider) -> str:
+def callback_url(settings: Settings, provider: Provider) -> str:
     """The redirect URI registered at the provider."""
-    return ctx.endpoint_url(f"upstream/{provider.id}/callback")
+    return settings.endpoint_url(f"upstream/{provider.id}/callback")
 
 
-def _back(ctx: ServerContext, target: str | None) -> str | None:
+def _back(settings: Settings, target: str | None) -> str | None:
     """The sign-in page to go back to: the pending authorization's, or the account page."""
     if target is None:
         return None
-    return ctx.endpoint_url(ACCOUNT if target == ACCOUNT else f"interaction/{target}")
+    return settings.endpoint_url(ACCOUNT if target == ACCOUNT else f"interaction/{target}")
 
 
-def _refusal_page(ctx: ServerContext, refusal: Refusal, target: str | None) -> Response:
-    back = _back(ctx, target)
+def _refusal_page(settings: Settings, refusal: Refusal, target: str | None) -> Response:
+    back = _back(settings, target)
     return error_page(
         refusal.error,
         refusal.message
@@ -117,18 +119,18 @@ def _unavailable(provider: Provider, reason: str) -> Refusal:
 
 
 def _pending_interaction(
-    ctx: ServerContext, interaction_id: str, sid: str
+    db: Database, now: int, interaction_id: str, sid: str
 ) -> tuple[Interaction, AuthorizationRequest] | None:
-    with ctx.db.read() as session:
-        interaction = grant_store.live_interaction(session, interaction_id, ctx.now())
+    with db.read() as session:
+        interaction = grant_store.live_interaction(session, interaction_id, now)
     if interaction is None:
         return None
     request = AuthorizationRequest.from_dict(interaction.request)
     return (interaction, request) if request.sid == sid else None
 
 
-def _store_login(ctx: ServerContext, login: UpstreamLogin) -> None:
-    with ctx.db.write() as session:
+def _store_login(db: Database, login: UpstreamLogin) -> None:
+    with db.write() as session:
         identities.add_login(session, login)
 
 
@@ -142,14 +144,17 @@ async def _start(
     provider = ctx.upstream.get(provider_id)
     if provider is None:
         return _unknown_provider()
-    refused = refuse_cross_site(ctx, request)
+    refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token = form.get("csrf_token")
-    back = _back(ctx, target)
-    if not csrf_valid(
-        ctx, browser, upstream_purpose(target), token if isinstance(token, str) else None
+    back = _back(ctx.settings, target)
+    if not csrf.csrf_valid(
+        ctx.cookie_secret,
+        browser.sid,
+        upstream_purpose(target),
+        token if isinstance(token, str) else None,
     ):
         return error_page(
             "invalid_request",
@@ -163,7 +168,7 @@ async def _start(
     expires_at = now + MAX_LOGIN_SECONDS
     prompt = None
     if target != ACCOUNT:
-        pending = await run_blocking(_pending_interaction, ctx, target, browser.sid)
+        pending = await run_blocking(_pending_interaction, ctx.db, ctx.now(), target, browser.sid)
         if pending is None:
             return error_page(
                 "invalid_request",
@@ -179,7 +184,7 @@ async def _start(
         metadata = await ctx.upstream.metadata(provider)
     except UpstreamUnavailable as exc:
         audit("upstream.unavailable", provider=provider.id, reason=exc.reason)
-        return _refusal_page(ctx, _unavailable(provider, exc.reason), target)
+        return _refusal_page(ctx.settings, _unavailable(provider, exc.reason), target)
     state = f"{target}.{new_token()}"
     login = UpstreamLogin(
         digest=digest(state),
@@ -189,12 +194,12 @@ async def _start(
         created_at=now,
         expires_at=expires_at,
     )
-    await run_blocking(_store_login, ctx, login)
+    await run_blocking(_store_login, ctx.db, login)
     audit("upstream.started", provider=provider.id)
     url = ctx.upstream.authorization_url(
         provider,
         metadata,
-        redirect_uri=callback_url(ctx, provider),
+        redirect_uri=callback_url(ctx.settings, provider),
         state=state,
         prompt=prompt,
     )
@@ -224,13 +229,12 @@ async def start_for_account(request: Request) -> Response:
 # the callback
 
 
-def _take_login(ctx: ServerContext, state: str) -> UpstreamLogin | None:
-    with ctx.db.write() as session:
-        return identities.take_login(session, digest(state), ctx.now())
+def _take_login(db: Database, now: int, state: str) -> UpstreamLogin | None:
+    with db.write() as session:
+        return identities.take_login(session, digest(state), now)
 
 
 def _check_response(
-    ctx: ServerContext,
     provider: Provider,
     login: UpstreamLogin,
     browser: BrowserSession,
@@ -304,7 +308,7 @@ def _finish(
     """Find or make the account, then sign the browser in and move the pending authorization
     to its new session id; nothing is written when the authorization has gone meanwhile."""
     if login.interaction_id is not None:
-        pending = _pending_interaction(ctx, login.interaction_id, browser.sid)
+        pending = _pending_interaction(ctx.db, ctx.now(), login.interaction_id, browser.sid)
         if pending is None:
             return None, Refusal(
                 "interaction_gone",
@@ -352,7 +356,7 @@ async def callback(request: Request) -> Response:
     outcome = await _callback(ctx, provider, browser, params, state, target)
     if isinstance(outcome, Refusal):
         audit("upstream.refused", provider=provider.id, reason=outcome.reason)
-        return _refusal_page(ctx, outcome, target)
+        return _refusal_page(ctx.settings, outcome, target)
     save_session(ctx, browser, outcome)
     return outcome
 
@@ -373,7 +377,7 @@ async def _callback(
             "This sign-in answer is not one this service asked for.",
             error="invalid_request",
         )
-    login = await run_blocking(_take_login, ctx, state)
+    login = await run_blocking(_take_login, ctx.db, ctx.now(), state)
     if login is None:
         return Refusal(
             "state_unknown",
@@ -386,7 +390,7 @@ async def _callback(
         metadata = await ctx.upstream.metadata(provider)
     except UpstreamUnavailable as exc:
         return _unavailable(provider, exc.reason)
-    refusal = _check_response(ctx, provider, login, browser, metadata, params)
+    refusal = _check_response(provider, login, browser, metadata, params)
     if refusal is not None:
         return refusal
     try:
@@ -395,7 +399,7 @@ async def _callback(
             metadata,
             code=params["code"],
             state=state,
-            redirect_uri=callback_url(ctx, provider),
+            redirect_uri=callback_url(ctx.settings, provider),
             now=ctx.now(),
         )
         kept = admit(provider.config, claims)

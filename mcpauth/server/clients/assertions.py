@@ -10,6 +10,8 @@ import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidClient, OAuthError
+from mcpauth.server.clients.directory import ClientDirectory
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage.defences import record_jti
@@ -40,21 +42,21 @@ def unverified_subject(assertion: str) -> str | None:
     return issuer if isinstance(issuer, str) and issuer else None
 
 
-def audiences(ctx: ServerContext, endpoint: str) -> set[str]:
+def audiences(settings: Settings, endpoint: str) -> set[str]:
     """What ``aud`` may name: the issuer (with or without a trailing slash), the token
     endpoint, or the endpoint being called (RFC 7523 §3)."""
-    issuer = ctx.settings.issuer
+    issuer = settings.issuer
     return {
         issuer,
         issuer.rstrip("/"),
         issuer.rstrip("/") + "/",
-        ctx.endpoint_url("token"),
-        ctx.endpoint_url(endpoint),
+        settings.endpoint_url("token"),
+        settings.endpoint_url(endpoint),
     }
 
 
-def _keys(ctx: ServerContext, client: Client) -> dict[str, jwt.VerificationKey]:
-    keys = jwt.key_set(ctx.clients.jwks_for(client))
+def _keys(clients: ClientDirectory, client: Client) -> dict[str, jwt.VerificationKey]:
+    keys = jwt.key_set(clients.jwks_for(client))
     if not keys:
         raise InvalidClient("The client has no usable public keys")
     return keys
@@ -71,7 +73,7 @@ def verify_client_assertion(
     try:
         claims = jwt.verify(
             assertion,
-            _keys(ctx, client),
+            _keys(ctx.clients, client),
             issuer=client.client_id,
             audience=None,
             typ=None,
@@ -86,7 +88,7 @@ def verify_client_assertion(
     # RFC 7519 §4.1.3: a string or an array of strings; anything else names nobody
     listed = aud if isinstance(aud, list) else [aud]
     named = {value for value in listed if isinstance(value, str)}
-    if not named & audiences(ctx, endpoint):
+    if not named & audiences(ctx.settings, endpoint):
         raise InvalidClient("Client assertion aud must name this authorization server")
     now = ctx.now()
     if int(claims["exp"]) > now + MAX_LIFETIME:

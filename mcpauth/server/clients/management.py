@@ -16,6 +16,7 @@ from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.http_io import NO_STORE, client_metadata_body, error_response, json_response
 from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import all_scopes, get_client, save_client
 from mcpauth.server.storage.models import Client
 from mcpauth.server.storage.prune import client_expires_at
@@ -34,8 +35,8 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-def _load(ctx: ServerContext, client_id: str, token: str) -> Client:
-    with ctx.db.read() as session:
+def _load(db: Database, client_id: str, token: str) -> Client:
+    with db.read() as session:
         client = get_client(session, client_id)
     # one answer for unknown clients and wrong tokens (nothing about which clients exist)
     if client is None or not matches(token, client.registration_token_digest):
@@ -52,13 +53,13 @@ def _information(ctx: ServerContext, client: Client, token: str) -> dict[str, An
         info["client_secret_expires_at"] = expires_at
     info.update(client.client_metadata)
     info["registration_access_token"] = token
-    info["registration_client_uri"] = records.configuration_uri(ctx, client.client_id)
+    info["registration_client_uri"] = records.configuration_uri(ctx.settings, client.client_id)
     return info
 
 
-def _rotate_token(ctx: ServerContext, client: Client) -> str:
+def _rotate_token(db: Database, client: Client) -> str:
     token = new_token()
-    with ctx.db.write() as session:
+    with db.write() as session:
         row = get_client(session, client.client_id)
         if row is None:
             raise UNAUTHORIZED
@@ -68,12 +69,12 @@ def _rotate_token(ctx: ServerContext, client: Client) -> str:
 
 
 def _read(ctx: ServerContext, client_id: str, token: str) -> dict[str, Any]:
-    client = _load(ctx, client_id, token)
-    return _information(ctx, client, _rotate_token(ctx, client))
+    client = _load(ctx.db, client_id, token)
+    return _information(ctx, client, _rotate_token(ctx.db, client))
 
 
 def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict[str, Any]:
-    client = _load(ctx, client_id, token)
+    client = _load(ctx.db, client_id, token)
     if not isinstance(raw, dict) or raw.get("client_id") != client_id:
         raise InvalidClientMetadata("client_id in the body must equal the client being updated")
     if "client_secret" in raw and not matches(str(raw["client_secret"]), client.secret_digest):
@@ -85,7 +86,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
     validated = validate_client_metadata(raw, known_scopes=known, auth_methods=records.AUTH_METHODS)
     if validated.token_endpoint_auth_method != client.token_endpoint_auth_method:
         raise InvalidClientMetadata("token_endpoint_auth_method cannot be changed; register anew")
-    records.check_name_is_free(ctx, validated.client_name, client_id=client_id)
+    records.check_name_is_free(ctx.db, validated.client_name, client_id=client_id)
     new = new_token()
     with ctx.db.write() as session:
         row = get_client(session, client_id)
@@ -99,7 +100,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
 
 
 def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
-    _load(ctx, client_id, token)
+    _load(ctx.db, client_id, token)
     with ctx.db.write() as session:
         grant_store.delete_client(session, client_id)
     ctx.clients.forget(client_id)

@@ -12,8 +12,10 @@ from mcpauth import oauth
 from mcpauth.errors import InvalidClient, InvalidClientMetadata
 from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.validation import ValidatedClient
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import admin_client_names, save_client
 from mcpauth.server.storage.models import Client
 from mcpauth.uris import MalformedURL, parse_url
@@ -43,7 +45,7 @@ def _comparable(name: str) -> str:
     return " ".join(clean_name(unicodedata.normalize("NFKC", name)).casefold().split())
 
 
-def check_name_is_free(ctx: ServerContext, name: str, *, client_id: str | None = None) -> None:
+def check_name_is_free(db: Database, name: str, *, client_id: str | None = None) -> None:
     """A self-registered client may not take the name of a client the operator registered:
     the consent page would show it as that (often first-party) application. Names compare as
     people read them: NFKC, case-folded, invisible characters dropped, white space collapsed.
@@ -54,7 +56,7 @@ def check_name_is_free(ctx: ServerContext, name: str, *, client_id: str | None =
     wanted = _comparable(name)
     if not wanted:
         return
-    with ctx.db.read() as session:
+    with db.read() as session:
         taken = admin_client_names(session, client_id)
     if any(_comparable(each) == wanted for each in taken):
         raise InvalidClientMetadata(
@@ -76,9 +78,9 @@ def find_client(ctx: ServerContext, client_id: str) -> Client | None:
     return ctx.clients.find(ctx.db, client_id)
 
 
-def configuration_uri(ctx: ServerContext, client_id: str) -> str:
+def configuration_uri(settings: Settings, client_id: str) -> str:
     """RFC 7592 client configuration endpoint of one client."""
-    return ctx.endpoint_url(f"register/{quote(client_id, safe='')}")
+    return settings.endpoint_url(f"register/{quote(client_id, safe='')}")
 
 
 def apply_metadata(row: Client, validated: ValidatedClient) -> None:
@@ -140,6 +142,6 @@ def create_client(
         unused_until = now + ctx.settings.self_registered_client_unused_ttl
         info["client_secret_expires_at"] = 0 if source == "admin" else unused_until
     info["registration_access_token"] = registration_token
-    info["registration_client_uri"] = configuration_uri(ctx, client_id)
+    info["registration_client_uri"] = configuration_uri(ctx.settings, client_id)
     info.update(validated.document())
     return info

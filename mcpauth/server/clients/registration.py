@@ -9,6 +9,7 @@ from starlette.responses import Response
 from mcpauth.errors import InvalidToken
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import ValidatedClient, validate_client_metadata
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches
 from mcpauth.server.http_io import NO_STORE, client_metadata_body, json_response
@@ -17,8 +18,8 @@ from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 
 
-def _check_initial_access_token(ctx: ServerContext, request: Request) -> None:
-    expected = ctx.settings.initial_access_token
+def _check_initial_access_token(settings: Settings, request: Request) -> None:
+    expected = settings.initial_access_token
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if not expected or scheme.lower() != "bearer" or not matches(token.strip(), digest(expected)):
@@ -36,7 +37,7 @@ def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
     validated: ValidatedClient = validate_client_metadata(
         raw, known_scopes=known, auth_methods=records.AUTH_METHODS
     )
-    records.check_name_is_free(ctx, validated.client_name)
+    records.check_name_is_free(ctx.db, validated.client_name)
     info = records.create_client(ctx, validated, source="dcr")
     audit(
         "client.registered",
@@ -50,7 +51,7 @@ def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
 async def register(request: Request) -> Response:
     ctx = get_context(request)
     if ctx.settings.registration_policy == "token":
-        _check_initial_access_token(ctx, request)
+        _check_initial_access_token(ctx.settings, request)
     raw = await client_metadata_body(request, ctx.settings.max_body_bytes)
     info = await run_blocking(_register, ctx, raw)
     return json_response(info, 201, headers=NO_STORE)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpauth import jwt
-from mcpauth.server.context import ServerContext
+from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
@@ -40,7 +40,7 @@ class Issuance:
 
 
 def access_token_claims(
-    ctx: ServerContext,
+    settings: Settings,
     *,
     subject: str,
     client_id: str,
@@ -52,13 +52,13 @@ def access_token_claims(
 ) -> dict[str, Any]:
     """RFC 9068 §2.2 claims; ``aud`` is the canonical resource (RFC 8707)."""
     claims: dict[str, Any] = {
-        "iss": ctx.settings.issuer,
+        "iss": settings.issuer,
         "sub": subject,
         "aud": resource,
         "client_id": client_id,
         "scope": " ".join(scopes),
         "iat": now,
-        "exp": now + ctx.settings.access_token_ttl,
+        "exp": now + settings.access_token_ttl,
         "jti": secrets.token_urlsafe(16),
     }
     if grant_id is not None:
@@ -67,10 +67,10 @@ def access_token_claims(
     return claims
 
 
-def for_grant(ctx: ServerContext, grant: Row[Any], scopes: list[str], now: int) -> Issuance:
+def for_grant(settings: Settings, grant: Row[Any], scopes: list[str], now: int) -> Issuance:
     """An access token for a user's grant (its user, client and resource)."""
     claims = access_token_claims(
-        ctx,
+        settings,
         subject=grant.user_id,
         client_id=grant.client_id,
         resource=grant.resource,
@@ -82,7 +82,7 @@ def for_grant(ctx: ServerContext, grant: Row[Any], scopes: list[str], now: int) 
 
 
 def add_refresh_token(
-    ctx: ServerContext,
+    settings: Settings,
     conn: Connection,
     grant: Row[Any],
     *,
@@ -94,7 +94,7 @@ def add_refresh_token(
     family reaches its absolute lifetime, whichever is first; ``dpop_jkt`` binds it to a DPoP
     key."""
     token = new_token()
-    family_end = grant.created_at + ctx.settings.refresh_token_ttl
+    family_end = grant.created_at + settings.refresh_token_ttl
     values = {
         "digest": digest(token),
         "grant_id": grant.id,
@@ -102,7 +102,7 @@ def add_refresh_token(
         "scope": scope,
         "resource": grant.resource,
         "created_at": now,
-        "expires_at": min(now + ctx.settings.refresh_token_idle_ttl, family_end),
+        "expires_at": min(now + settings.refresh_token_idle_ttl, family_end),
         "rotated_at": None,
         "dpop_jkt": dpop_jkt,
     }

@@ -15,17 +15,18 @@ from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import run_blocking
 
 
-def _revoke_refresh_token(ctx: ServerContext, client: Client, token: str) -> bool:
-    with ctx.db.write() as session:
+def _revoke_refresh_token(db: Database, now: int, client: Client, token: str) -> bool:
+    with db.write() as session:
         row = grant_store.get_refresh_token(session, digest(token))
         if row is None:
             return False
         if row.client_id == client.client_id:
-            grant_store.revoke_grant(session, row.grant_id, ctx.now())
+            grant_store.revoke_grant(session, row.grant_id, now)
     return True
 
 
@@ -51,7 +52,7 @@ def _handle(
         raise InvalidRequest("token is required")
     hint = form.get("token_type_hint")
     audit("token.revoked", client_id=client.client_id, hint=hint)
-    if hint != "access_token" and _revoke_refresh_token(ctx, client, token):
+    if hint != "access_token" and _revoke_refresh_token(ctx.db, ctx.now(), client, token):
         return
     if token.count(".") == 2:
         _revoke_access_token(ctx, client, token)

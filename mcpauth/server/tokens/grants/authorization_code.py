@@ -63,7 +63,7 @@ def _redeem(
     grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    issuance = for_grant(ctx, grant, code.scope.split(), now)
+    issuance = for_grant(ctx.settings, grant, code.scope.split(), now)
     if jkt is not None:
         issuance.bind(jkt)
     if "refresh_token" in client.grant_types or code.offline:
@@ -71,7 +71,7 @@ def _redeem(
         # confidential client's already needs the client's own credentials
         public = client.token_endpoint_auth_method == "none"
         issuance.refresh_token = add_refresh_token(
-            ctx, conn, grant, scope=code.scope, now=now, dpop_jkt=jkt if public else None
+            ctx.settings, conn, grant, scope=code.scope, now=now, dpop_jkt=jkt if public else None
         )
     return issuance
 

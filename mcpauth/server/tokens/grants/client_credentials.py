@@ -44,7 +44,7 @@ def issue(
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
     now = ctx.now()
     claims = access_token_claims(
-        ctx,
+        ctx.settings,
         subject=client.client_id,
         client_id=client.client_id,
         resource=resource.uri,

@@ -12,8 +12,10 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
 from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
+from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
+from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
 from mcpauth.server.storage.defences import record_jti
@@ -27,7 +29,7 @@ ID_JAG_TYPE = "oauth-id-jag+jwt"
 REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
 
 
-def _verify(ctx: ServerContext, assertion: str) -> dict[str, Any]:
+def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
     header = jwt.unverified_header(assertion)
     if str(header.get("typ", "")).lower() != ID_JAG_TYPE:
         raise InvalidGrant(f"The assertion must have typ {ID_JAG_TYPE}")
@@ -35,13 +37,13 @@ def _verify(ctx: ServerContext, assertion: str) -> dict[str, Any]:
         issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
     except pyjwt.PyJWTError as exc:
         raise InvalidGrant("The assertion is malformed") from exc
-    if not isinstance(issuer, str) or not ctx.idps.is_trusted(issuer):
+    if not isinstance(issuer, str) or not idps.is_trusted(issuer):
         raise InvalidGrant("The assertion's issuer is not a trusted identity provider")
     for attempt in (False, True):
         try:
             return jwt.verify(
                 assertion,
-                ctx.idps.keys(issuer, refresh=attempt),
+                idps.keys(issuer, refresh=attempt),
                 issuer=issuer,
                 audience=None,
                 typ=(ID_JAG_TYPE,),
@@ -56,13 +58,13 @@ def _verify(ctx: ServerContext, assertion: str) -> dict[str, Any]:
 
 
 def _check_claims(
-    ctx: ServerContext, claims: dict[str, Any], client: Client, form: dict[str, str]
+    settings: Settings, claims: dict[str, Any], client: Client, form: dict[str, str]
 ) -> str:
     aud = claims["aud"]
     # RFC 7519 §4.1.3: a string or an array of strings; any other member names nobody
     listed = aud if isinstance(aud, list) else [aud]
     audiences = {value for value in listed if isinstance(value, str)}
-    if ctx.settings.issuer not in audiences:
+    if settings.issuer not in audiences:
         raise InvalidGrant("The assertion's aud must be this authorization server's issuer")
     if claims["client_id"] != client.client_id:
         raise InvalidGrant("The assertion was issued for another client")
@@ -105,8 +107,8 @@ def issue(
     assertion = form.get("assertion")
     if not assertion:
         raise InvalidRequest("assertion is required")
-    claims = _verify(ctx, assertion)
-    resource_uri = _check_claims(ctx, claims, client, form)
+    claims = _verify(ctx.idps, assertion)
+    resource_uri = _check_claims(ctx.settings, claims, client, form)
     now = ctx.now()
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
@@ -118,7 +120,7 @@ def issue(
             raise InvalidGrant("The assertion was already used")
         user_id = find_or_add_user(session, username, now)
     token = access_token_claims(
-        ctx,
+        ctx.settings,
         subject=user_id,
         client_id=client.client_id,
         resource=resource.uri,

@@ -66,12 +66,12 @@ def _rotate(
         return error
     if not grant_store.rotate_refresh_token(conn, token.digest, now):
         return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
-    issuance = for_grant(ctx, grant, scopes, now)
+    issuance = for_grant(ctx.settings, grant, scopes, now)
     if jkt is not None:
         issuance.bind(jkt)
     # RFC 6749 §6: the new refresh token keeps the original scope (and its DPoP key)
     issuance.refresh_token = add_refresh_token(
-        ctx, conn, grant, scope=token.scope, now=now, dpop_jkt=token.dpop_jkt
+        ctx.settings, conn, grant, scope=token.scope, now=now, dpop_jkt=token.dpop_jkt
     )
     return issuance
 
