@@ -129,6 +129,7 @@ def cmd_resources(args: argparse.Namespace) -> int:
                 scopes=args.scope,
                 default_scopes=args.default_scope,
                 is_default=args.default,
+                dpop_required=args.dpop_required,
             )
         )
     elif args.action == "list":
@@ -156,6 +157,7 @@ def cmd_clients(args: argparse.Namespace) -> int:
                 scopes=args.scope,
                 first_party=args.first_party,
                 introspect=args.introspect,
+                dpop_bound=args.dpop_bound,
             )
         )
     elif args.action == "list":
@@ -231,6 +233,9 @@ def _add_admin(sub: Any) -> None:
     p.add_argument("--scope", action="append", default=[], metavar="S[=DESCRIPTION]")
     p.add_argument("--default-scope", action="append", default=[], metavar="S")
     p.add_argument("--default", action="store_true", help="used when a client omits `resource`")
+    p.add_argument(
+        "--dpop-required", action="store_true", help="issue only DPoP-bound tokens for it"
+    )
     resources.add_parser("list", help="list resources")
     resources.add_parser("remove", help="remove a resource").add_argument("uri")
 
@@ -248,6 +253,9 @@ def _add_admin(sub: Any) -> None:
     p.add_argument("--scope", action="append", default=[], metavar="S")
     p.add_argument("--first-party", action="store_true", help="skip the consent page")
     p.add_argument("--introspect", action="store_true", help="may call the introspection endpoint")
+    p.add_argument(
+        "--dpop-bound", action="store_true", help="its tokens must be DPoP-bound (RFC 9449 §5.2)"
+    )
     clients.add_parser("list", help="list clients")
     clients.add_parser("remove", help="remove a client").add_argument("client_id")
 

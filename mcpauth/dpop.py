@@ -47,6 +47,7 @@ class DPoPProof:
     jti: str
     iat: int
     replay_key: str
+    nonce: str | None = None  # the proof's nonce claim, for a server that checks its own
 
     @property
     def expires_at(self) -> int:
@@ -208,11 +209,13 @@ def check_proof(
     if jkt is not None and not secrets.compare_digest(thumbprint, jkt):
         raise InvalidDPoPProof("The DPoP proof's key is not the key the token is bound to")
     jti = str(claims["jti"])
+    nonce_claim = claims.get("nonce")
     return DPoPProof(
         jkt=thumbprint,
         jti=jti,
         iat=int(claims["iat"]),
         replay_key=_b64url_sha256(f"{thumbprint}:{jti}"),
+        nonce=nonce_claim if isinstance(nonce_claim, str) else None,
     )
 
 

@@ -84,6 +84,7 @@ def add_resource(
     scopes: Sequence[str] = (),
     default_scopes: Sequence[str] = (),
     is_default: bool = False,
+    dpop_required: bool = False,
 ) -> dict[str, Any]:
     try:
         canonical = canonical_resource(uri)
@@ -104,6 +105,7 @@ def add_resource(
                 scopes=scope_map,
                 default_scopes=list(default_scopes),
                 is_default=is_default,
+                dpop_required=dpop_required,
                 created_at=ctx.now(),
             ),
         )
@@ -114,6 +116,7 @@ def add_resource(
         "scopes": scope_map,
         "default_scopes": list(default_scopes),
         "default": is_default,
+        "dpop_required": dpop_required,
     }
 
 
@@ -126,6 +129,7 @@ def list_resources(ctx: ServerContext) -> list[dict[str, Any]]:
                 "scopes": r.scopes,
                 "default_scopes": r.default_scopes,
                 "default": r.is_default,
+                "dpop_required": r.dpop_required,
             }
             for r in lookups.list_resources(session)
         ]
@@ -156,6 +160,7 @@ def add_client(
     scopes: Sequence[str] = (),
     first_party: bool = False,
     introspect: bool = False,
+    dpop_bound: bool = False,
 ) -> dict[str, Any]:
     raw: dict[str, Any] = {"client_name": name, "redirect_uris": list(redirect_uris)}
     if grant_types:
@@ -170,6 +175,8 @@ def add_client(
         raw["jwks"] = jwks
     if scopes:
         raw["scope"] = " ".join(scopes)
+    if dpop_bound:
+        raw["dpop_bound_access_tokens"] = True
     with ctx.db.read() as session:
         known = set(lookups.all_scopes(session)) | {"offline_access"}
     try:
@@ -353,6 +360,7 @@ class Admin:
         scopes: Sequence[str] = (),
         default_scopes: Sequence[str] = (),
         is_default: bool = False,
+        dpop_required: bool = False,
     ) -> dict[str, Any]:
         return add_resource(
             self._ctx,
@@ -361,6 +369,7 @@ class Admin:
             scopes=scopes,
             default_scopes=default_scopes,
             is_default=is_default,
+            dpop_required=dpop_required,
         )
 
     def list_resources(self) -> list[dict[str, Any]]:
@@ -381,6 +390,7 @@ class Admin:
         scopes: Sequence[str] = (),
         first_party: bool = False,
         introspect: bool = False,
+        dpop_bound: bool = False,
     ) -> dict[str, Any]:
         """Register a client; the result holds ``client_id`` and, for a confidential client,
         ``client_secret`` (shown once: only its digest is stored)."""
@@ -395,6 +405,7 @@ class Admin:
             scopes=scopes,
             first_party=first_party,
             introspect=introspect,
+            dpop_bound=dpop_bound,
         )
 
     def list_clients(self) -> list[dict[str, Any]]:

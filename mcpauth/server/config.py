@@ -236,6 +236,10 @@ class Settings(BaseModel):
     environment)."""
     offline_access: bool = False
     """Whether clients may ask for `offline_access`."""
+    dpop_nonce: bool = False
+    """Require DPoP proofs at the token endpoint to carry a nonce this server issued (RFC 9449
+    §8). Nonces need no storage: every replica with the same `secret_key` accepts the others',
+    and each is good for two to four minutes."""
     cimd_enabled: bool = True
     """Accept Client ID Metadata Documents (a `client_id` that is an https URL)."""
     cimd_allow_hosts: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
+from mcpauth.server.tokens.dpop_nonces import DPoPNonces
 from mcpauth.server.tokens.keys import KeyManager
 
 
@@ -38,6 +39,7 @@ class ServerContext:
     upstream: UpstreamProviders
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
+    dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
 
     def __post_init__(self) -> None:
         self.resources = ResourceCatalog(self.db)
@@ -90,5 +92,10 @@ def build_context(
             key=derive_key(secret, f"mcpauth upstream sign-in {settings.issuer}"),
             timeout=settings.upstream_timeout,
             clock=clock,
+        ),
+        dpop_nonces=(
+            DPoPNonces(derive_key(secret, f"mcpauth dpop nonces {settings.issuer}"))
+            if settings.dpop_nonce
+            else None
         ),
     )

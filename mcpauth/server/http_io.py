@@ -21,7 +21,7 @@ ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
 CORS_HEADERS = {
     **ALLOW_ANY_ORIGIN,
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-    "Access-Control-Allow-Headers": "Authorization, Content-Type, MCP-Protocol-Version",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, DPoP, MCP-Protocol-Version",
     "Access-Control-Max-Age": "86400",
 }
 Endpoint = Callable[[Request], Awaitable[Response]]

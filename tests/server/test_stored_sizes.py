@@ -101,6 +101,7 @@ CEILINGS: dict[str, int | str] = {
     "refresh_tokens.client_id": "copy",
     "refresh_tokens.scope": "copy",
     "refresh_tokens.resource": "copy",
+    "authorization_codes.dpop_jkt": "digest",  # an RFC 7638 thumbprint, as below
     "refresh_tokens.dpop_jkt": "digest",  # an RFC 7638 thumbprint: base64url SHA-256, 43
     "consents.user_id": "copy",
     "consents.client_id": "copy",

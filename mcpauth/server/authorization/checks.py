@@ -18,6 +18,7 @@ S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # RFC 7636 §4.1: code_verifier = 43*128unreserved
 CODE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
 OFFLINE_ACCESS = "offline_access"
+_THUMBPRINT = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 def check_code_challenge(challenge: str | None, method: str | None) -> str:
@@ -48,6 +49,22 @@ def check_code_verifier(verifier: str | None, challenge: str) -> None:
         raise InvalidRequest("code_verifier must be 43 to 128 unreserved characters")
     if not hmac.compare_digest(s256(verifier), challenge):
         raise InvalidGrant("code_verifier does not match the code_challenge")
+
+
+def check_dpop_jkt(value: str | None) -> str | None:
+    """``dpop_jkt`` of an authorization request (RFC 9449 §10): the RFC 7638 thumbprint of the
+    key the code will be redeemed with, a base64url SHA-256 digest (43 characters).
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    if value is None:
+        return None
+    if not _THUMBPRINT.fullmatch(value):
+        raise InvalidRequest(
+            "dpop_jkt must be the base64url SHA-256 JWK thumbprint (RFC 7638) of the DPoP key"
+        )
+    return value
 
 
 def resolve_resource(resources: Resources, requested: str | None) -> Resource:

@@ -109,6 +109,7 @@ def _validate(
     challenge = checks.check_code_challenge(
         params.get("code_challenge"), params.get("code_challenge_method")
     )
+    dpop_jkt = checks.check_dpop_jkt(params.get("dpop_jkt"))
     prompt = params.get("prompt")
     if prompt is not None and prompt not in PROMPTS:
         raise InvalidRequest("prompt must be none, login or consent")
@@ -127,6 +128,7 @@ def _validate(
         offline=offline,
         prompt=prompt,
         sid=sid,
+        dpop_jkt=dpop_jkt,
     )
 
 

@@ -30,6 +30,7 @@ class AuthorizationRequest:
     prompt: str | None
     sid: str  # the browser session that started it; only that browser may finish it
     signed_in_here: bool = False  # the user entered the password during this request
+    dpop_jkt: str | None = None  # RFC 9449 §10: the code may only be redeemed with this key
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +125,7 @@ def issue_code(
                 auth_time=auth_time,
                 created_at=now,
                 expires_at=now + ctx.settings.authorization_code_ttl,
+                dpop_jkt=request.dpop_jkt,
             ),
             interaction_id,
         )

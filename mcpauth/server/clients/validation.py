@@ -191,6 +191,11 @@ def _extras(raw: dict[str, Any]) -> dict[str, Any]:
     for name in ("software_id", "software_version"):
         if (text := _string(raw, name)) is not None:
             extra[name] = text
+    bound = raw.get("dpop_bound_access_tokens")
+    if bound is not None:
+        if not isinstance(bound, bool):
+            raise InvalidClientMetadata("dpop_bound_access_tokens must be true or false")
+        extra["dpop_bound_access_tokens"] = bound  # RFC 9449 §5.2
     contacts = _string_list(raw, "contacts", limit=MAX_CONTACTS)
     if contacts is not None:
         if any(len(c) > MAX_NAME_LENGTH for c in contacts):

@@ -61,6 +61,7 @@ class Resource(SQLModel, table=True):
     scopes: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     default_scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     is_default: bool = False
+    dpop_required: bool = False  # RFC 9449: only DPoP-bound tokens are issued for it
     created_at: int
 
 
@@ -110,6 +111,8 @@ class AuthorizationCode(SQLModel, table=True):
     created_at: int
     expires_at: int
     redeemed_at: int | None = None
+    # RFC 9449 §10: the key the authorization request named; the exchange must prove it
+    dpop_jkt: str | None = Field(default=None, max_length=64)
 
 
 class RefreshToken(SQLModel, table=True):

@@ -14,6 +14,7 @@ from mcpauth.errors import (
     OAuthError,
     UnauthorizedClient,
     UnsupportedGrantType,
+    UseDPoPNonce,
 )
 from mcpauth.jwt import compact_json
 from mcpauth.server.clients import authentication
@@ -72,6 +73,13 @@ def _proven_key(ctx: ServerContext, proofs: list[str], client: Client) -> str | 
         return None
     now = ctx.now()
     proof = dpop.check_proof(proofs, method="POST", url=ctx.endpoint_url("token"), now=now)
+    nonces = ctx.dpop_nonces
+    if nonces is not None and not nonces.accepts(proof.nonce, now):
+        # checked before the jti is recorded: the retry with the nonce is a new proof anyway
+        raise UseDPoPNonce(
+            "This server requires a DPoP nonce: use the one in the DPoP-Nonce header",
+            headers={"DPoP-Nonce": nonces.current(now)},
+        )
     with ctx.db.write() as session:
         fresh = record_jti(session, f"dpop {proof.jkt}", proof.jti, proof.expires_at, now)
     if not fresh:
@@ -193,12 +201,25 @@ class TokenEndpoint:
         except ClientDisconnect:
             return  # nobody left to answer
         except OAuthError as error:
-            response = error_response(error, headers=ALLOW_ANY_ORIGIN)
+            extra = {**ALLOW_ANY_ORIGIN, **_nonce_headers(ctx)}
+            response = error_response(error, headers={**extra, **error.headers})
             await response(scope, receive, send)
             return
         headers = [*_RESPONSE_HEADERS, (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in _nonce_headers(ctx).items()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _nonce_headers(ctx: ServerContext) -> dict[str, str]:
+    """The current DPoP nonce on every token response when nonces are required (RFC 9449
+    §8.2), readable by browser clients."""
+    if ctx.dpop_nonces is None:
+        return {}
+    return {
+        "DPoP-Nonce": ctx.dpop_nonces.current(ctx.now()),
+        "Access-Control-Expose-Headers": "DPoP-Nonce",
+    }
 
 
 _RESPONSE_HEADERS = [

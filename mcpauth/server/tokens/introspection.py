@@ -44,7 +44,9 @@ def _refresh_token(ctx: ServerContext, token: str) -> dict[str, Any] | None:
     if found is None:
         return None
     row, grant = found
+    bound = {"cnf": {"jkt": row.dpop_jkt}} if row.dpop_jkt else {}
     return {
+        **bound,
         "active": True,
         "token_type": "refresh_token",
         "scope": row.scope,
@@ -61,10 +63,11 @@ def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str,
     if hint != "refresh_token" and token.count(".") == 2:
         claims = access_token_claims(ctx, token)
         if claims is not None:
-            keep = ("scope", "client_id", "sub", "aud", "iss", "exp", "iat", "jti", "nbf")
+            keep = ("scope", "client_id", "sub", "aud", "iss", "exp", "iat", "jti", "nbf", "cnf")
             return {
                 "active": True,
-                "token_type": "Bearer",
+                # RFC 9449 §6.2: a bound token says so, with the key in cnf.jkt
+                "token_type": "DPoP" if "cnf" in claims else "Bearer",
                 **{k: claims[k] for k in keep if k in claims},
             }
         return INACTIVE

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpauth import jwt
+from mcpauth.errors import InvalidDPoPProof
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
+from mcpauth.server.storage.models import Client, Resource
 
 
 @dataclass
@@ -37,6 +39,22 @@ class Issuance:
         if self.refresh_token is not None:
             body["refresh_token"] = self.refresh_token
         return body
+
+
+def require_proof(client: Client, resource: Resource | None, jkt: str | None) -> None:
+    """Refuse a token request without a DPoP proof from a client registered with
+    ``dpop_bound_access_tokens`` (RFC 9449 §5.2) or for a resource that takes DPoP-bound
+    tokens only. Called before anything is consumed, so the retry with a proof works.
+
+    Raises:
+        InvalidDPoPProof: no proof.
+    """
+    if jkt is not None:
+        return
+    if client.client_metadata.get("dpop_bound_access_tokens") is True:
+        raise InvalidDPoPProof("This client is registered for DPoP-bound tokens: send a proof")
+    if resource is not None and resource.dpop_required:
+        raise InvalidDPoPProof(f"{resource.uri} accepts DPoP-bound tokens only: send a proof")
 
 
 def access_token_claims(

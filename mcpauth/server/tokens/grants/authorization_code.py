@@ -4,20 +4,27 @@ T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
 
 from __future__ import annotations
 
+from secrets import compare_digest
 from typing import Any
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
+from mcpauth.server.tokens.issuance import (
+    Issuance,
+    add_refresh_token,
+    for_grant,
+    require_proof,
+)
 
 
-def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None:
+def _check_binding(code: Row[Any], client: Client, form: dict[str, str], jkt: str | None) -> None:
     if code.client_id != client.client_id:
         raise InvalidGrant("The code was issued to another client")
     redirect_uri = form.get("redirect_uri")
@@ -29,6 +36,9 @@ def _check_binding(code: Row[Any], client: Client, form: dict[str, str]) -> None
     checks.check_same_resource(
         form.get("resource"), code.resource, "resource differs from the authorization request"
     )
+    # RFC 9449 §10: a code asked for with dpop_jkt is redeemed only by a proof of that key
+    if code.dpop_jkt is not None and (jkt is None or not compare_digest(jkt, code.dpop_jkt)):
+        raise InvalidGrant("The code was requested for another DPoP key (dpop_jkt)")
 
 
 def _redeem(
@@ -38,6 +48,7 @@ def _redeem(
     form: dict[str, str],
     now: int,
     jkt: str | None,
+    resources: Resources,
 ) -> Issuance | OAuthError:
     code_value = form.get("code")
     if not code_value:
@@ -45,6 +56,10 @@ def _redeem(
     code = grant_store.code_by_digest(conn, digest(code_value))
     if code is None or code.client_id != client.client_id:
         return InvalidGrant("The authorization code is invalid")
+    try:
+        require_proof(client, resources.by_uri.get(code.resource), jkt)
+    except OAuthError as error:
+        return error  # before the code is redeemed: the retry with a proof may use it
     if code.redeemed_at is not None or not grant_store.redeem_code(conn, code.digest, now):
         grant_store.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
         audit(
@@ -57,7 +72,7 @@ def _redeem(
     if code.expires_at <= now:
         return InvalidGrant("The authorization code has expired")
     try:
-        _check_binding(code, client, form)
+        _check_binding(code, client, form, jkt)
     except OAuthError as error:
         return error
     grant = grant_store.grant_by_id(conn, code.grant_id)
@@ -87,8 +102,9 @@ def exchange(
     now = ctx.now()
     # The code is consumed (and a replay's revocation committed) even when a binding check
     # fails afterwards: a code presented wrongly once is never good again.
+    resources = ctx.resources.current()
     with ctx.db.transaction() as conn:
-        outcome = _redeem(ctx, conn, client, form, now, jkt)
+        outcome = _redeem(ctx, conn, client, form, now, jkt, resources)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome

@@ -9,7 +9,7 @@ from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims
+from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
 
 GRANT = "client_credentials"
 
@@ -34,6 +34,7 @@ def issue(
         raise UnauthorizedClient("client_credentials needs a confidential client")
     requested = checks.parse_scope(form.get("scope"))
     resource = checks.resolve_resource(resources or ctx.resources.current(), form.get("resource"))
+    require_proof(client, resource, jkt)
     if requested is None:
         allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
         requested = [s for s in resource.default_scopes if s in allowed] or [

@@ -21,7 +21,7 @@ from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNA
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.lookups import find_or_add_user
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims
+from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
 from mcpauth.uris import URIError, canonical_resource
 
 GRANT = JWT_BEARER
@@ -111,6 +111,7 @@ def issue(
     resource_uri = _check_claims(ctx.settings, claims, client, form)
     now = ctx.now()
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
+    require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
     username = local_username(str(claims["iss"]), str(claims["sub"]))

@@ -9,13 +9,19 @@ from typing import Any
 
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens.issuance import Issuance, add_refresh_token, for_grant
+from mcpauth.server.tokens.issuance import (
+    Issuance,
+    add_refresh_token,
+    for_grant,
+    require_proof,
+)
 
 
 def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
@@ -40,6 +46,7 @@ def _rotate(
     form: dict[str, str],
     now: int,
     jkt: str | None,
+    resources: Resources,
 ) -> Issuance | OAuthError:
     value = form.get("refresh_token")
     if not value:
@@ -62,6 +69,7 @@ def _rotate(
         )
     try:
         scopes = _requested(form, token)
+        require_proof(client, resources.by_uri.get(token.resource), jkt)
     except OAuthError as error:
         return error
     if not grant_store.rotate_refresh_token(conn, token.digest, now):
@@ -85,8 +93,9 @@ def refresh(
         OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
     """
     now = ctx.now()
+    resources = ctx.resources.current()
     with ctx.db.transaction() as conn:
-        outcome = _rotate(ctx, conn, client, form, now, jkt)
+        outcome = _rotate(ctx, conn, client, form, now, jkt, resources)
     if isinstance(outcome, OAuthError):
         raise outcome
     return outcome
