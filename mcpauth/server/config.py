@@ -172,6 +172,34 @@ def default_database_url() -> str:
     return f"sqlite:///{default_data_dir() / 'mcpauth.db'}"
 
 
+class WorkloadRule(BaseModel):
+    """A workload allowed to get tokens with its own identity token (``[[mcpauth.workloads]]`` in
+    TOML): the jwt-bearer grant (RFC 7523) with, as the assertion, a token its platform issued
+    (a Kubernetes service-account token, a CI provider's OIDC token), for the client it names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    issuer: str = Field(min_length=1, max_length=255)
+    """The platform's token issuer (`iss`), exactly."""
+    jwks: str = Field(min_length=1)
+    """The issuer's keys: a JWKS URL, or the JWKS itself as JSON."""
+    subject: str = Field(min_length=1, max_length=255)
+    """The token's `sub`, exactly, or a prefix ending in `*`
+    (`system:serviceaccount:ci:*`)."""
+    client_id: str = Field(min_length=1, max_length=255)
+    """The registered client the workload acts as (registered with the jwt-bearer grant and
+    `token_endpoint_auth_method` `none`: the token is its credential)."""
+    audience: str | None = None
+    """The `aud` the token must carry; when unset, this server's issuer or its token endpoint."""
+
+    def matches(self, issuer: str, subject: str) -> bool:
+        if issuer != self.issuer:
+            return False
+        if self.subject.endswith("*"):
+            return subject.startswith(self.subject[:-1])
+        return subject == self.subject
+
+
 class Settings(BaseModel):
     """Everything the authorization server is configured with."""
 
@@ -280,6 +308,10 @@ class Settings(BaseModel):
     local_accounts: bool = True
     """Whether the sign-in page offers username and password (accounts made with `mcpauth
     users add`); false leaves only the upstream providers' buttons."""
+    workloads: tuple[WorkloadRule, ...] = ()
+    """Workload identity federation: which platform tokens the jwt-bearer grant accepts and the
+    client each acts as, one `[[mcpauth.workloads]]` table each (a JSON array in the
+    environment); their keys are listed below."""
     upstream_timeout: float = Field(default=10.0, gt=0, le=60)
     """Seconds each call to an upstream provider (its configuration, keys, token endpoint)
     may take in all."""
@@ -449,4 +481,16 @@ def reference() -> str:
     for name, field in UpstreamProvider.model_fields.items():
         default = _default(name, UpstreamProvider)
         lines.append(f"| `{name}` | {default} | {_meaning(field)} |")
+    lines += [
+        "",
+        "## Workloads",
+        "",
+        "Each `[[mcpauth.workloads]]` table (each object of the `MCPAUTH_WORKLOADS` JSON array)",
+        "has these keys:",
+        "",
+        "| key | default | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for name, field in WorkloadRule.model_fields.items():
+        lines.append(f"| `{name}` | {_default(name, WorkloadRule)} | {_meaning(field)} |")
     return "\n".join(lines) + "\n"

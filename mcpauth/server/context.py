@@ -35,6 +35,7 @@ class ServerContext:
     clock: Callable[[], float]
     cookie_secret: bytes
     idps: IdentityProviders
+    workload_keys: IdentityProviders  # the keys of the workload platforms' token issuers
     clients: ClientDirectory
     upstream: UpstreamProviders
     resources: ResourceCatalog = field(init=False)
@@ -86,6 +87,7 @@ def build_context(
         # bound to the issuer: issuers sharing a secret reject each other's cookies
         cookie_secret=derive_key(secret, f"mcpauth cookies {settings.issuer}"),
         idps=IdentityProviders(settings.trusted_idps),
+        workload_keys=IdentityProviders({w.issuer: w.jwks for w in settings.workloads}),
         clients=ClientDirectory(settings, ssl_context=ssl_context),
         upstream=UpstreamProviders(
             settings.upstream,

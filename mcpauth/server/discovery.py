@@ -39,7 +39,8 @@ def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
         scopes_supported=scopes,
         response_types_supported=["code"],
         response_modes_supported=["query"],
-        grant_types_supported=GRANT_TYPES + ([JWT_BEARER] if settings.trusted_idps else []),
+        grant_types_supported=GRANT_TYPES
+        + ([JWT_BEARER] if settings.trusted_idps or settings.workloads else []),
         token_endpoint_auth_methods_supported=list(AUTH_METHODS),
         token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
         revocation_endpoint=settings.endpoint_url("revoke"),

@@ -235,8 +235,12 @@ def validate_client_metadata(
         raise InvalidClientMetadata("jwks and jwks_uri must not both be present (RFC 7591 §2)")
     if method == "private_key_jwt" and jwks is None and jwks_uri is None:
         raise InvalidClientMetadata("private_key_jwt requires jwks or jwks_uri")
-    if method == "none" and ({"client_credentials", JWT_BEARER} & set(grants)):
-        raise InvalidClientMetadata("client_credentials and jwt-bearer need a confidential client")
+    if method == "none" and "client_credentials" in grants:
+        raise InvalidClientMetadata("client_credentials needs a confidential client")
+    if method == "none" and JWT_BEARER in grants and not admin:
+        # a public jwt-bearer client is a workload whose platform token is its credential,
+        # which only the operator can set up (a workload rule names it)
+        raise InvalidClientMetadata("jwt-bearer needs a confidential client")
     client_name = _string(raw, "client_name")
     if client_name is not None and not client_name.strip():
         raise InvalidClientMetadata("client_name: must not be blank")

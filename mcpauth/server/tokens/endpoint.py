@@ -38,6 +38,7 @@ from mcpauth.server.tokens.grants import (
     client_credentials,
     jwt_bearer,
     refresh_token,
+    workload,
 )
 from mcpauth.server.tokens.issuance import Issuance
 
@@ -102,6 +103,15 @@ def _handle(
     handler = GRANTS.get(grant_type)
     if handler is None:
         raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
+    if (
+        grant_type == jwt_bearer.GRANT
+        and authorization is None
+        and not (form.keys() & {"client_id", "client_assertion"})
+    ):
+        # a workload token is the whole credential: the client is the one its rule names
+        named = workload.client_for(ctx.settings, form.get("assertion") or "")
+        if named is not None:
+            form, credentials = {**form, "client_id": named}, None
     client = authentication.authenticate_request(
         ctx, form, authorization, address, endpoint="token", credentials=credentials
     )

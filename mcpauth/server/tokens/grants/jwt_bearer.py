@@ -1,6 +1,7 @@
 """The jwt-bearer grant with an Identity Assertion JWT Authorization Grant (ID-JAG), the
 enterprise-managed authorization extension (MCP AS-X2; RFC 7521 §5.2, RFC 7523 §3): the
-identity provider vouches for a user, this server issues an access token for that user."""
+identity provider vouches for a user, this server issues an access token for that user. An
+assertion from a configured workload issuer goes to :mod:`.workload` instead."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 import jwt as pyjwt
 
 from mcpauth import jwt
-from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidTarget, OAuthError
+from mcpauth.errors import (
+    InvalidGrant,
+    InvalidRequest,
+    InvalidTarget,
+    OAuthError,
+    UnauthorizedClient,
+)
 from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings
@@ -21,6 +28,7 @@ from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNA
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.lookups import find_or_add_user
 from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens.grants import workload
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
 from mcpauth.uris import URIError, canonical_resource
 
@@ -107,7 +115,12 @@ def issue(
     assertion = form.get("assertion")
     if not assertion:
         raise InvalidRequest("assertion is required")
+    typ = str(jwt.unverified_header(assertion).get("typ", "")).lower()
+    if typ != ID_JAG_TYPE and workload.is_workload_token(ctx.settings, assertion):
+        return workload.issue(ctx, client, form, jkt=jkt)
     claims = _verify(ctx.idps, assertion)
+    if client.token_endpoint_auth_method == "none":
+        raise UnauthorizedClient("An ID-JAG needs a confidential client; this one is a workload")
     resource_uri = _check_claims(ctx.settings, claims, client, form)
     now = ctx.now()
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
