@@ -158,6 +158,8 @@ def cmd_clients(args: argparse.Namespace) -> int:
                 first_party=args.first_party,
                 introspect=args.introspect,
                 dpop_bound=args.dpop_bound,
+                exchange_from=args.exchange_from,
+                exchange_to=args.exchange_to,
             )
         )
     elif args.action == "list":
@@ -255,6 +257,20 @@ def _add_admin(sub: Any) -> None:
     p.add_argument("--introspect", action="store_true", help="may call the introspection endpoint")
     p.add_argument(
         "--dpop-bound", action="store_true", help="its tokens must be DPoP-bound (RFC 9449 §5.2)"
+    )
+    p.add_argument(
+        "--exchange-from",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="token exchange: a resource whose tokens it may exchange (usually its own URL)",
+    )
+    p.add_argument(
+        "--exchange-to",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="token exchange: a resource it may get tokens for, as its caller",
     )
     clients.add_parser("list", help="list clients")
     clients.add_parser("remove", help="remove a client").add_argument("client_id")

@@ -189,3 +189,21 @@ class TooManyRequests(OAuthError):
     def __init__(self, description: str = "", *, retry_after: int = 1) -> None:
         super().__init__(description, headers={"Retry-After": str(max(1, retry_after))})
         self.retry_after = max(1, retry_after)
+
+
+def error_for(body: dict[str, object]) -> OAuthError:
+    """The :class:`OAuthError` an RFC 6749 §5.2 error body describes (the class of its
+    ``error`` code, :class:`OAuthError` for a code this module has no class for)."""
+    code = body.get("error")
+    description = body.get("error_description")
+    text = description if isinstance(description, str) else ""
+
+    def classes(base: type[OAuthError]) -> list[type[OAuthError]]:
+        return [base] + [c for sub in base.__subclasses__() for c in classes(sub)]
+
+    found = next((c for c in classes(OAuthError)[1:] if c.error == code), None)
+    if found is not None:
+        return found(text)
+    error = OAuthError(text or str(code))
+    error.error = str(code) if isinstance(code, str) else "invalid_request"  # type: ignore[misc]
+    return error

@@ -5,6 +5,7 @@ Imports nothing from ``mcpauth.server``, Authlib or SQLModel.
 """
 
 from mcpauth.middleware.adapters import ForSDK, FromSDK
+from mcpauth.middleware.exchange import TokenExchanger
 from mcpauth.middleware.identity import TokenUser, current_token, verified_token
 from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
@@ -36,6 +37,7 @@ __all__ = [
     "ResourceMetadataEndpoint",
     "ScopePolicy",
     "StdioBridge",
+    "TokenExchanger",
     "TokenUser",
     "TokenVerifier",
     "UpstreamProxy",

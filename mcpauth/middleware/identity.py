@@ -29,6 +29,9 @@ __all__ = ["TokenUser", "current_token", "verified_token"]
 
 SCOPE_KEY = "mcpauth.token"
 _current: ContextVar[VerifiedToken | None] = ContextVar("mcpauth_token", default=None)
+# The caller's raw token, for token exchange only (mcpauth.middleware.exchange): never in the
+# scope, never sent anywhere but to the authorization server that issued it.
+_subject: ContextVar[str | None] = ContextVar("mcpauth_subject_token", default=None)
 
 
 class TokenUser(SimpleUser):
@@ -53,6 +56,11 @@ def current_token() -> VerifiedToken | None:
     return _current.get()
 
 
+def subject_token() -> str | None:
+    """The current caller's token, for :class:`~mcpauth.middleware.exchange.TokenExchanger`."""
+    return _subject.get()
+
+
 def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
     """The object for ``scope["user"]`` (see the module docstring)."""
     sdk_user = _sdk.authenticated_user(token, digest)
@@ -60,14 +68,19 @@ def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
 
 
 @contextmanager
-def bound(scope: Scope, token: VerifiedToken, user: BaseUser) -> Iterator[None]:
-    """Put the caller in ``scope`` and in the context for the duration of the request."""
+def bound(
+    scope: Scope, token: VerifiedToken, user: BaseUser, raw: str | None = None
+) -> Iterator[None]:
+    """Put the caller in ``scope`` and in the context for the duration of the request
+    (``raw``, the token itself, only in the context, for token exchange)."""
     scope["user"] = user
     scope["auth"] = AuthCredentials(list(token.scopes))
     scope[SCOPE_KEY] = token
     reset = _current.set(token)
+    reset_subject = _subject.set(raw)
     try:
         with _sdk.sdk_context(user):
             yield
     finally:
+        _subject.reset(reset_subject)
         _current.reset(reset)

@@ -229,8 +229,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
             await self._refuse(send, InsufficientScope(description), needed)
             return
+        raw = bearer_token(scope, max_bytes=self.max_header_bytes)  # for token exchange only
         _strip_authorization(scope)
-        with identity.bound(scope, verified, user):
+        with identity.bound(scope, verified, user, raw):
             await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
 
     async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:

@@ -161,6 +161,8 @@ def add_client(
     first_party: bool = False,
     introspect: bool = False,
     dpop_bound: bool = False,
+    exchange_from: Sequence[str] = (),
+    exchange_to: Sequence[str] = (),
 ) -> dict[str, Any]:
     raw: dict[str, Any] = {"client_name": name, "redirect_uris": list(redirect_uris)}
     if grant_types:
@@ -177,6 +179,10 @@ def add_client(
         raw["scope"] = " ".join(scopes)
     if dpop_bound:
         raw["dpop_bound_access_tokens"] = True
+    if exchange_from:
+        raw["exchange_from"] = list(exchange_from)
+    if exchange_to:
+        raw["exchange_to"] = list(exchange_to)
     with ctx.db.read() as session:
         known = set(lookups.all_scopes(session)) | {"offline_access"}
     try:
@@ -391,6 +397,8 @@ class Admin:
         first_party: bool = False,
         introspect: bool = False,
         dpop_bound: bool = False,
+        exchange_from: Sequence[str] = (),
+        exchange_to: Sequence[str] = (),
     ) -> dict[str, Any]:
         """Register a client; the result holds ``client_id`` and, for a confidential client,
         ``client_secret`` (shown once: only its digest is stored)."""
@@ -406,6 +414,8 @@ class Admin:
             first_party=first_party,
             introspect=introspect,
             dpop_bound=dpop_bound,
+            exchange_from=exchange_from,
+            exchange_to=exchange_to,
         )
 
     def list_clients(self) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from mcpauth import dpop
 from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.config import Settings
@@ -22,7 +23,7 @@ from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
 
-GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials"]
+GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials", TOKEN_EXCHANGE]
 
 
 def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:

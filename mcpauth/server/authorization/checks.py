@@ -88,6 +88,15 @@ def resolve_resource(resources: Resources, requested: str | None) -> Resource:
     return resource
 
 
+def machine_scopes(resource: Resource, client: Client) -> list[str]:
+    """The scopes a token without a user gets when the request names none: the resource's
+    default scopes the client may have, else every scope of the resource it may have."""
+    allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
+    return [s for s in resource.default_scopes if s in allowed] or [
+        s for s in resource.scopes if s in allowed
+    ]
+
+
 def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
     """A token request's optional ``resource`` names the resource already granted (RFC 8707
     §2.2: a code, refresh token or assertion is bound to it); ``difference`` says how not.

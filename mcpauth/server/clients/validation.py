@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcpauth.errors import InvalidClientMetadata
-from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN
+from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN, TOKEN_EXCHANGE
 from mcpauth.server.clients.redirect_uris import check_redirect_uri, host_of
 from mcpauth.server.operations.size_limits import (
     MAX_CONTACTS,
@@ -19,10 +19,10 @@ from mcpauth.server.operations.size_limits import (
     MAX_SCOPE_LENGTH,
     MAX_URI_LENGTH,
 )
-from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+from mcpauth.uris import MalformedURL, URIError, canonical_resource, is_loopback_host, parse_url
 
 REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
-ADMIN_GRANTS = ("client_credentials", JWT_BEARER)
+ADMIN_GRANTS = ("client_credentials", JWT_BEARER, TOKEN_EXCHANGE)
 _FORBIDDEN_GRANTS = {
     "implicit": "the implicit grant is removed in OAuth 2.1",
     "password": "the password grant must not be used (RFC 9700 §2.4)",
@@ -206,6 +206,34 @@ def _extras(raw: dict[str, Any]) -> dict[str, Any]:
     return extra
 
 
+EXCHANGE_MEMBERS = ("exchange_from", "exchange_to")
+
+
+def _exchange_policy(raw: dict[str, Any], grants: list[str], *, admin: bool) -> dict[str, Any]:
+    """Token exchange (RFC 8693) rights, which only the operator grants: the resources whose
+    tokens the client may exchange (``exchange_from``, usually its own URL: an MCP server
+    acting for its callers) and the resources it may get tokens for (``exchange_to``)."""
+    present = [name for name in EXCHANGE_MEMBERS if name in raw]
+    if not present:
+        if TOKEN_EXCHANGE in grants:
+            raise InvalidClientMetadata("token exchange needs exchange_from and exchange_to")
+        return {}
+    if not admin:
+        raise InvalidClientMetadata(f"{present[0]}: only the operator sets exchange rights")
+    if TOKEN_EXCHANGE not in grants:
+        raise InvalidClientMetadata(f"{present[0]}: needs the token-exchange grant")
+    policy: dict[str, Any] = {}
+    for name in EXCHANGE_MEMBERS:
+        values = _string_list(raw, name, limit=20)
+        if not values:
+            raise InvalidClientMetadata(f"{name}: at least one resource URI")
+        try:
+            policy[name] = [canonical_resource(value) for value in values]
+        except URIError as exc:
+            raise InvalidClientMetadata(f"{name}: {exc}") from exc
+    return policy
+
+
 def validate_client_metadata(
     raw: object,
     *,
@@ -235,8 +263,10 @@ def validate_client_metadata(
         raise InvalidClientMetadata("jwks and jwks_uri must not both be present (RFC 7591 §2)")
     if method == "private_key_jwt" and jwks is None and jwks_uri is None:
         raise InvalidClientMetadata("private_key_jwt requires jwks or jwks_uri")
-    if method == "none" and "client_credentials" in grants:
-        raise InvalidClientMetadata("client_credentials needs a confidential client")
+    if method == "none" and ({"client_credentials", TOKEN_EXCHANGE} & set(grants)):
+        raise InvalidClientMetadata(
+            "client_credentials and token exchange need a confidential client"
+        )
     if method == "none" and JWT_BEARER in grants and not admin:
         # a public jwt-bearer client is a workload whose platform token is its credential,
         # which only the operator can set up (a workload rule names it)
@@ -254,5 +284,5 @@ def validate_client_metadata(
         scope=_scope(raw, known_scopes),
         jwks=jwks,
         jwks_uri=jwks_uri,
-        extra=_extras(raw),
+        extra={**_extras(raw), **_exchange_policy(raw, grants, admin=admin)},
     )

@@ -38,6 +38,7 @@ from mcpauth.server.tokens.grants import (
     client_credentials,
     jwt_bearer,
     refresh_token,
+    token_exchange,
     workload,
 )
 from mcpauth.server.tokens.issuance import Issuance
@@ -47,6 +48,7 @@ GRANTS = {
     "refresh_token": refresh_token.refresh,
     "client_credentials": client_credentials.issue,
     jwt_bearer.GRANT: jwt_bearer.issue,
+    token_exchange.GRANT: token_exchange.exchange,
 }
 
 

@@ -22,6 +22,7 @@ class Issuance:
     claims: dict[str, Any]
     scopes: list[str]
     refresh_token: str | None = None
+    issued_token_type: str | None = None  # RFC 8693 §2.2.1, for token exchange
 
     def bind(self, jkt: str) -> None:
         """Bind the access token to a DPoP key (RFC 9449 §6.1: ``cnf.jkt``)."""
@@ -38,6 +39,8 @@ class Issuance:
         }
         if self.refresh_token is not None:
             body["refresh_token"] = self.refresh_token
+        if self.issued_token_type is not None:
+            body["issued_token_type"] = self.issued_token_type
         return body
 
 

@@ -127,10 +127,7 @@ def issue(
     if requested is not None and checks.OFFLINE_ACCESS in requested:
         raise InvalidScope("offline_access makes no sense without a user")
     if requested is None:
-        allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
-        requested = [s for s in resource.default_scopes if s in allowed] or [
-            s for s in resource.scopes if s in allowed
-        ]
+        requested = checks.machine_scopes(resource, client)
     scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
     audit(
         "workload.token",

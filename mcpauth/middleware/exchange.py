@@ -1,0 +1,127 @@
+"""Tokens for the APIs behind an MCP server, for the current caller: RFC 8693 token exchange
+at the authorization server, so a tool never forwards the caller's token (MCP RS-17).
+
+``await exchanger.token_for("https://other.example/mcp")`` inside a tool (or any code running
+in a request the middleware let through) exchanges the caller's token, which the middleware
+keeps out of the application's sight, for a token for that resource; the answer is cached per
+caller, resource and scope until shortly before it expires (bounded in memory). The exchanger
+authenticates as the MCP server's own confidential client, registered with the token-exchange
+grant and the rights to exchange (``mcpauth clients add --grant-type
+urn:ietf:params:oauth:grant-type:token-exchange --exchange-from THIS_URL --exchange-to URL``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+
+import anyio
+import httpx
+
+from mcpauth.errors import FetchError, error_for
+from mcpauth.middleware import identity
+from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
+from mcpauth.middleware._http import AsyncClosing, LazyClient
+from mcpauth.oauth import TOKEN_EXCHANGE
+
+__all__ = ["NoCaller", "TokenExchanger"]
+
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+MARGIN_SECONDS = 30  # an exchanged token is not handed out in its last half minute
+MAX_RESPONSE_BYTES = 64 * 1024
+
+
+class NoCaller(RuntimeError):
+    """:meth:`TokenExchanger.token_for` was called outside a request the middleware let
+    through, and no ``subject_token`` was given."""
+
+
+class TokenExchanger(AsyncClosing):
+    """Exchanges the current caller's token for tokens for other resources (see the module
+    docstring). ``token_endpoint`` is found from ``issuer``'s metadata when not given."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        client_id: str,
+        client_secret: str,
+        token_endpoint: str | None = None,
+        http: httpx.AsyncClient | None = None,
+        max_entries: int = 1000,
+    ) -> None:
+        self.issuer = issuer
+        self._auth = (client_id, client_secret)
+        self._token_endpoint = check_fetch_url(token_endpoint) if token_endpoint else None
+        self._http = LazyClient(http)
+        self._max_entries = max_entries
+        self._cache: OrderedDict[tuple[bytes, str, str], tuple[str, float]] = OrderedDict()
+        self._lock = anyio.Lock()
+
+    async def _endpoint(self) -> str:
+        if self._token_endpoint is None:
+            metadata = await discover_metadata(self._http.get(), self.issuer)
+            if not metadata.token_endpoint:
+                raise FetchError(f"{self.issuer} publishes no token_endpoint")
+            self._token_endpoint = check_fetch_url(metadata.token_endpoint)
+        return self._token_endpoint
+
+    async def token_for(
+        self, resource: str, *, scope: str | None = None, subject_token: str | None = None
+    ) -> str:
+        """An access token for ``resource`` on behalf of the current caller.
+
+        Raises:
+            NoCaller: no caller in this context and no ``subject_token``.
+            OAuthError: the authorization server refused (its error, e.g. ``invalid_target``).
+            FetchError: the authorization server could not be reached.
+        """
+        subject = subject_token or identity.subject_token()
+        if subject is None:
+            raise NoCaller("token_for() needs a request the middleware authenticated")
+        key = (hashlib.sha256(subject.encode()).digest(), resource, scope or "")
+        now = time.time()
+        cached = self._cache.get(key)
+        if cached is not None and cached[1] > now:
+            self._cache.move_to_end(key)
+            return cached[0]
+        token, expires_in = await self._exchange(subject, resource, scope)
+        async with self._lock:
+            self._cache[key] = (token, now + max(0, expires_in - MARGIN_SECONDS))
+            while len(self._cache) > self._max_entries:
+                self._cache.popitem(last=False)
+        return token
+
+    async def _exchange(self, subject: str, resource: str, scope: str | None) -> tuple[str, int]:
+        form = {
+            "grant_type": TOKEN_EXCHANGE,
+            "subject_token": subject,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "requested_token_type": ACCESS_TOKEN_TYPE,
+            "resource": resource,
+        }
+        if scope:
+            form["scope"] = scope
+        url = await self._endpoint()
+        try:
+            response = await self._http.get().post(
+                url, data=form, auth=self._auth, follow_redirects=False
+            )
+        except httpx.HTTPError as exc:
+            raise FetchError(f"cannot reach {url}: {type(exc).__name__}") from exc
+        if len(response.content) > MAX_RESPONSE_BYTES:
+            raise FetchError(f"{url} answered with more than {MAX_RESPONSE_BYTES} bytes")
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise FetchError(f"{url} answered {response.status_code} without JSON") from exc
+        if response.status_code != 200:
+            raise error_for(body) if isinstance(body, dict) else FetchError(str(url))
+        token, expires_in = body.get("access_token"), body.get("expires_in", 0)
+        if not isinstance(token, str) or not isinstance(expires_in, int):
+            raise FetchError(f"{url} answered without an access token")
+        return token, expires_in
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

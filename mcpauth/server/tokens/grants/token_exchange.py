@@ -1,0 +1,122 @@
+"""Token exchange (RFC 8693) for an MCP server that calls another protected resource as its
+caller: the server, a confidential client the operator allowed to exchange, sends the access
+token it received (``subject_token``) and gets an access token for a resource it is allowed to
+reach, for the same user, with an ``act`` claim naming itself (RFC 8693 §4.1).
+
+What the operator allows is part of the client's registration: ``exchange_from`` (the resources
+whose tokens it may present, usually its own URL) and ``exchange_to`` (the resources it may get
+tokens for). The new token lives no longer than the subject token, carries its grant (revoking
+the user's grant revokes it too), has scopes of the target resource that the client may have,
+and gets no refresh token. Every exchange is audited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcpauth.errors import InvalidRequest, InvalidScope, InvalidTarget, UnauthorizedClient
+from mcpauth.oauth import TOKEN_EXCHANGE
+from mcpauth.server.authorization import checks
+from mcpauth.server.context import ServerContext
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens.introspection import access_token_claims as verified_claims
+from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.uris import URIError, canonical_resource
+
+GRANT = TOKEN_EXCHANGE
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+SUBJECT_TYPES = (ACCESS_TOKEN_TYPE, "urn:ietf:params:oauth:token-type:jwt")
+
+
+def _target(form: dict[str, str]) -> str:
+    """The one resource asked for, by ``resource`` or by ``audience`` (RFC 8693 §2.1; here an
+    audience is a resource URI); both must agree when both are sent.
+
+    Raises:
+        InvalidTarget: none, or they disagree, or it is not a URI.
+    """
+    named = [form[name] for name in ("resource", "audience") if form.get(name)]
+    if not named:
+        raise InvalidTarget("Name the resource to get a token for (resource or audience)")
+    try:
+        targets = {canonical_resource(value) for value in named}
+    except URIError as exc:
+        raise InvalidTarget(f"resource: {exc}") from exc
+    if len(targets) > 1:
+        raise InvalidTarget("resource and audience name different resources")
+    return targets.pop()
+
+
+def _subject(ctx: ServerContext, form: dict[str, str]) -> dict[str, Any]:
+    token = form.get("subject_token")
+    token_type = form.get("subject_token_type")
+    if not token or not token_type:
+        raise InvalidRequest("subject_token and subject_token_type are required")
+    if token_type not in SUBJECT_TYPES:
+        raise InvalidRequest(f"subject_token_type must be {ACCESS_TOKEN_TYPE}")
+    if form.get("actor_token") or form.get("actor_token_type"):
+        raise InvalidRequest("actor tokens are not supported: the client is the actor")
+    wanted = form.get("requested_token_type")
+    if wanted is not None and wanted != ACCESS_TOKEN_TYPE:
+        raise InvalidRequest(f"requested_token_type must be {ACCESS_TOKEN_TYPE}")
+    claims = verified_claims(ctx, token)
+    if claims is None:
+        # RFC 8693 §2.2.2: an unacceptable subject token is invalid_request
+        raise InvalidRequest("The subject_token is not an active access token of this server")
+    return claims
+
+
+def exchange(
+    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """An access token for another resource, for the subject token's user, acted by
+    ``client``.
+
+    Raises:
+        OAuthError: invalid_request, unauthorized_client, invalid_target or invalid_scope.
+    """
+    policy = client.client_metadata
+    allowed_from = policy.get("exchange_from") or []
+    allowed_to = policy.get("exchange_to") or []
+    subject = _subject(ctx, form)
+    if subject["aud"] not in allowed_from:
+        raise UnauthorizedClient("This client may not exchange tokens issued for that resource")
+    target_uri = _target(form)
+    if target_uri not in allowed_to:
+        raise InvalidTarget(f"This client may not get tokens for {target_uri}")
+    resource = checks.resolve_resource(ctx.resources.current(), target_uri)
+    require_proof(client, resource, jkt)
+    requested = checks.parse_scope(form.get("scope"))
+    if requested is not None and checks.OFFLINE_ACCESS in requested:
+        raise InvalidScope("A token exchange issues no refresh token")
+    if requested is None:
+        requested = checks.machine_scopes(resource, client)
+    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    now = ctx.now()
+    actor: dict[str, Any] = {"sub": client.client_id}
+    if isinstance(subject.get("act"), dict):
+        actor["act"] = subject["act"]  # RFC 8693 §4.1: the earlier actors, nested
+    claims = access_token_claims(
+        ctx.settings,
+        subject=str(subject["sub"]),
+        client_id=client.client_id,
+        resource=resource.uri,
+        scopes=scopes,
+        now=now,
+        grant_id=subject.get("gid") if isinstance(subject.get("gid"), str) else None,
+        extra={"act": actor},
+    )
+    claims["exp"] = min(claims["exp"], int(subject["exp"]))
+    audit(
+        "token.exchanged",
+        client_id=client.client_id,
+        sub=str(subject["sub"]),
+        from_aud=str(subject["aud"]),
+        to_aud=resource.uri,
+        scope=" ".join(scopes),
+    )
+    issuance = Issuance(claims, scopes, issued_token_type=ACCESS_TOKEN_TYPE)
+    if jkt is not None:
+        issuance.bind(jkt)
+    return issuance
