@@ -1,8 +1,26 @@
 """The mcpauth authorization server: ``create_app(settings)`` returns a Starlette app;
-:class:`Admin` manages its users, resources, clients and keys from Python."""
+:class:`Admin` manages its users, resources, clients and keys from Python; a
+:class:`SignInStep` of your own replaces the built-in sign-in (``create_app(settings,
+sign_in=...)``)."""
 
 from mcpauth.server.admin import Admin, AdminError
 from mcpauth.server.app import create_app
+from mcpauth.server.browser.sign_in_step import (
+    Account,
+    PasswordAndProviders,
+    PendingSignIn,
+    SignInStep,
+)
 from mcpauth.server.config import Settings, load_settings
 
-__all__ = ["Admin", "AdminError", "Settings", "create_app", "load_settings"]
+__all__ = [
+    "Account",
+    "Admin",
+    "AdminError",
+    "PasswordAndProviders",
+    "PendingSignIn",
+    "Settings",
+    "SignInStep",
+    "create_app",
+    "load_settings",
+]

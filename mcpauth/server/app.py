@@ -23,6 +23,7 @@ from mcpauth.server import discovery
 from mcpauth.server.authorization import endpoint as authorize
 from mcpauth.server.browser import account, interaction, upstream_login
 from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
+from mcpauth.server.browser.sign_in_step import SignInStep
 from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context, wall_clock
@@ -263,6 +264,7 @@ def create_app(
     clock: Callable[[], float] | None = None,
     outbound_ssl_context: ssl.SSLContext | None = None,
     configure_logs: bool = True,
+    sign_in: SignInStep | None = None,
 ) -> Starlette:
     """The authorization server for ``settings``, every field honoured wherever the app is
     served (``mcpauth serve``, uvicorn, another ASGI server): ``trusted_proxies`` by a
@@ -270,6 +272,8 @@ def create_app(
     the app starts (its lifespan), on the ``mcpauth`` loggers only; ``configure_logs=False``
     leaves logging to the embedding application. ``outbound_ssl_context`` verifies the
     servers of client metadata documents and ``jwks_uri``s (tests pass a private CA).
+    ``sign_in`` replaces the built-in sign-in step (password and upstream providers) with an
+    application's own (:class:`~mcpauth.server.browser.sign_in_step.SignInStep`).
 
     Raises:
         ConfigurationError: the settings or the database are not usable.
@@ -316,4 +320,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.mcpauth = ctx
+    if sign_in is not None:
+        if not isinstance(sign_in, SignInStep):
+            raise TypeError("sign_in must have async page() and submit() (a SignInStep)")
+        app.state.mcpauth_sign_in = sign_in
     return app

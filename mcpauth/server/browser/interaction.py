@@ -19,21 +19,31 @@ from mcpauth.server.authorization.outcomes import (
 )
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view
-from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
+from mcpauth.server.browser.login import refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
     load_session,
     save_session,
+    sign_in,
+)
+from mcpauth.server.browser.sign_in_step import (
+    Account,
+    PasswordAndProviders,
+    PendingSignIn,
+    SignInStep,
 )
 from mcpauth.server.clients.redirect_uris import all_loopback
 from mcpauth.server.context import ServerContext, get_context
+from mcpauth.server.http_io import client_ip
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Database
-from mcpauth.server.storage.lookups import get_client, get_resource, get_user
+from mcpauth.server.storage.lookups import find_or_add_user, get_client, get_resource, get_user
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
+
+BUILT_IN = PasswordAndProviders()
 
 
 class LoginRequired(OAuthError):
@@ -140,29 +150,68 @@ def _consent_page(
     )
 
 
-def _login_page(
-    ctx: ServerContext,
-    browser: BrowserSession,
-    interaction_id: str,
-    client: Client,
-    error: str = "",
-    username: str = "",
-    status: int = 200,
-) -> Response:
-    return render(
-        "login.html",
-        status,
+class _SignInNeeded:
+    """What :func:`_proceed` answers when the sign-in step must run (it is async)."""
+
+    def __init__(self, interaction_id: str, client: Client) -> None:
+        self.interaction_id = interaction_id
+        self.client = client
+
+
+def sign_in_step(request: Request) -> SignInStep:
+    """The app's sign-in step (``create_app(..., sign_in=...)``), the built-in one if none."""
+    step = getattr(request.app.state, "mcpauth_sign_in", None)
+    return step if isinstance(step, SignInStep) else BUILT_IN
+
+
+def _pending(
+    ctx: ServerContext, browser: BrowserSession, interaction_id: str, client: Client
+) -> PendingSignIn:
+    return PendingSignIn(
+        interaction_id=interaction_id,
         client_name=client_view_of(client).name,
-        error=error,
-        username=username,
-        action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
+        form_action=ctx.endpoint_url(f"interaction/{interaction_id}/login"),
         csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, f"login:{interaction_id}"),
-        local_accounts=ctx.settings.local_accounts,
-        providers=provider_buttons(ctx, browser, interaction_id),
+        context=ctx,
+        browser=browser,
     )
 
 
-def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -> Response:
+def _account_id(ctx: ServerContext, account: Account) -> str | None:
+    """The user id of what a sign-in step returned: found, or created for a username."""
+    if account.user_id is not None:
+        with ctx.db.read() as session:
+            return account.user_id if get_user(session, account.user_id) else None
+    with ctx.db.write() as session:
+        return find_or_add_user(session, account.username or "", ctx.now())
+
+
+async def _signed_in(
+    ctx: ServerContext,
+    request: Request,
+    browser: BrowserSession,
+    interaction_id: str,
+    account: Account,
+) -> Response:
+    """Start the session of the account a step returned and go on with the request."""
+    user_id = await run_blocking(_account_id, ctx, account)
+    if user_id is None:
+        return error_page(
+            "server_error",
+            "The sign-in named an account that does not exist.",
+            500,
+            title="Sign-in failed",
+        )
+    await run_blocking(sign_in, ctx, browser, user_id)
+    audit("login.success", user_id=user_id, address=client_ip(request))
+    # the session id rotated on sign-in: the request moves with it
+    await run_blocking(_rebind, ctx.db, interaction_id, browser.sid)
+    return see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
+
+
+def _proceed(
+    ctx: ServerContext, browser: BrowserSession, interaction_id: str
+) -> Response | _SignInNeeded:
     """Show what the request needs next: login, consent, or the code."""
     loaded = _load(ctx.db, ctx.now(), interaction_id)
     if loaded is None:
@@ -186,7 +235,7 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
                 req.state,
                 LoginRequired("The user is not signed in"),
             )
-        return _login_page(ctx, browser, interaction.id, client)
+        return _SignInNeeded(interaction.id, client)
     user_id = browser.user_id or ""
     if _needs_consent(ctx, req, client, user_id):
         if req.prompt == "none":
@@ -205,9 +254,42 @@ def _proceed(ctx: ServerContext, browser: BrowserSession, interaction_id: str) -
 async def show(request: Request) -> Response:
     ctx = get_context(request)
     browser = await load_session(ctx, request)
-    response = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
-    save_session(ctx, browser, response)
-    return response
+    outcome = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
+    if isinstance(outcome, _SignInNeeded):
+        pending = _pending(ctx, browser, outcome.interaction_id, outcome.client)
+        step = await sign_in_step(request).page(request, pending)
+        outcome = (
+            await _signed_in(ctx, request, browser, outcome.interaction_id, step)
+            if isinstance(step, Account)
+            else step
+        )
+    save_session(ctx, browser, outcome)
+    return outcome
+
+
+async def _forged(
+    ctx: ServerContext, request: Request, browser: BrowserSession, interaction_id: str
+) -> Response | None:
+    """The refusal of a sign-in post from another site or without this form's CSRF token,
+    before an application's own step sees it; None when the post is genuine."""
+    refused = refuse_cross_site(ctx.settings.issuer, request)
+    if refused is not None:
+        return refused
+    form = await request.form(max_files=0, max_fields=50, max_part_size=4096)
+    token = form.get("csrf_token")
+    purpose = f"login:{interaction_id}"
+    if not csrf.csrf_valid(
+        ctx.cookie_secret, browser.sid, purpose, token if isinstance(token, str) else None
+    ):
+        return error_page(
+            "invalid_request",
+            "The sign-in form had expired or was sent twice, so nothing was done.",
+            403,
+            title="This page has expired",
+            back_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+            back_label="Sign in again",
+        )
+    return None
 
 
 async def login(request: Request) -> Response:
@@ -225,22 +307,19 @@ async def login(request: Request) -> Response:
             "session. Start again from the application.",
             403,
         )
-    outcome = await attempt_login(
-        ctx,
-        request,
-        browser,
-        f"login:{interaction_id}",
-        retry_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
+    step_of_app = sign_in_step(request)
+    # the built-in step checks these itself, in the order its pages explain
+    if not isinstance(step_of_app, PasswordAndProviders):
+        forged = await _forged(ctx, request, browser, interaction_id)
+        if forged is not None:
+            return forged
+    pending = _pending(ctx, browser, interaction_id, client)
+    step = await step_of_app.submit(request, pending)
+    response = (
+        await _signed_in(ctx, request, browser, interaction_id, step)
+        if isinstance(step, Account)
+        else step
     )
-    if isinstance(outcome, Response):
-        return outcome
-    if outcome.error:
-        return _login_page(
-            ctx, browser, interaction_id, client, outcome.error, outcome.username, outcome.status
-        )
-    # the session id rotated on sign-in: the request moves with it
-    await run_blocking(_rebind, ctx.db, interaction_id, browser.sid)
-    response = see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
     save_session(ctx, browser, response)
     return response
 

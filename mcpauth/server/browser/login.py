@@ -145,9 +145,11 @@ async def attempt_login(
     purpose: str,
     *,
     retry_url: str,
+    start_session: bool = True,
 ) -> LoginOutcome | Response:
-    """Check a posted login form; on success the session is signed in (id rotated). A locked
-    account or address gets a page with the wait and a link to ``retry_url``."""
+    """Check a posted login form; on success the session is signed in (id rotated), unless
+    ``start_session`` is false (the caller does it). A locked account or address gets a page
+    with the wait and a link to ``retry_url``."""
     refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
@@ -196,6 +198,7 @@ async def attempt_login(
         # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
         return LoginOutcome(error="Wrong username or password.", username=username)
     await run_blocking(_succeed, ctx.db, keys[0])
-    await run_blocking(sign_in, ctx, browser, user_id)
-    audit("login.success", user_id=user_id, address=client_ip(request))
+    if start_session:
+        await run_blocking(sign_in, ctx, browser, user_id)
+        audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)
