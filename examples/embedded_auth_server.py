@@ -20,12 +20,24 @@ import uvicorn
 from mcpauth.server import Admin, Settings, create_app
 
 
+def _write(path: Path, client: dict[str, str]) -> None:
+    """A client's id and secret, readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"client_id": client["client_id"], "client_secret": client["client_secret"]}, out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--resource", default="http://127.0.0.1:8000/mcp")
     parser.add_argument("--credentials", type=Path, required=True)
     parser.add_argument("--data", type=Path, help="directory for the SQLite database")
+    parser.add_argument(
+        "--gateway",
+        help="also register this URL: an MCP server that calls --resource as its caller",
+    )
+    parser.add_argument("--gateway-credentials", type=Path, help="where to write its client")
     args = parser.parse_args()
 
     data = args.data or Path(tempfile.mkdtemp(prefix="mcpauth-example-"))
@@ -45,12 +57,25 @@ def main() -> None:
             default_scopes=["notes:read"],
             is_default=True,
         )
+    if args.gateway and args.gateway not in {r["uri"] for r in admin.list_resources()}:
+        admin.add_resource(args.gateway, scopes=["gateway:use=Use the gateway"])
     agent = admin.add_client(
-        name="example agent", grant_types=["client_credentials"], scopes=["notes:read"]
+        name="example agent",
+        grant_types=["client_credentials"],
+        scopes=["notes:read"] + (["gateway:use"] if args.gateway else []),
     )
-    fd = os.open(args.credentials, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"client_id": agent["client_id"], "client_secret": agent["client_secret"]}, out)
+    _write(args.credentials, agent)
+    if args.gateway and args.gateway_credentials:
+        # the gateway server: a resource the agent may call, and a client of its own that may
+        # exchange its callers' tokens for tokens for the notes server (RFC 8693)
+        gateway = admin.add_client(
+            name="example gateway",
+            grant_types=["urn:ietf:params:oauth:grant-type:token-exchange"],
+            scopes=["notes:read"],
+            exchange_from=[args.gateway],
+            exchange_to=[args.resource],
+        )
+        _write(args.gateway_credentials, gateway)
 
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

@@ -21,11 +21,17 @@ from mcp.types import TextContent
 from mcpauth.client import ClientCredentials, ClientCredentialsGrant, MemoryStorage, OAuth
 
 
-async def call(url: str, client_id: str, client_secret: str) -> str:
+async def call(
+    url: str,
+    client_id: str,
+    client_secret: str,
+    tool: str = "list_notes",
+    scope: str = "notes:read",
+) -> str:
     auth = OAuth(
         url,
         credentials=ClientCredentials(client_id, client_secret),
-        grant=ClientCredentialsGrant(scopes=["notes:read"]),
+        grant=ClientCredentialsGrant(scopes=[scope]),
         storage=MemoryStorage(),  # nothing kept between runs
     )
     async with (
@@ -34,7 +40,7 @@ async def call(url: str, client_id: str, client_secret: str) -> str:
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        result = await session.call_tool("list_notes", {})
+        result = await session.call_tool(tool, {})
         return "".join(part.text for part in result.content if isinstance(part, TextContent))
 
 
@@ -42,9 +48,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000/mcp")
     parser.add_argument("--credentials", type=Path, required=True)
+    parser.add_argument("--tool", default="list_notes")
+    parser.add_argument("--scope", default="notes:read")
     args = parser.parse_args()
     stored = json.loads(args.credentials.read_text())
-    print(anyio.run(call, args.url, stored["client_id"], stored["client_secret"]))
+    print(
+        anyio.run(
+            call, args.url, stored["client_id"], stored["client_secret"], args.tool, args.scope
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,3 +58,50 @@ def test_the_readme_runs_the_same_commands() -> None:
     for name in ("embedded_auth_server.py", "protected_server.py", "machine_agent.py"):
         assert f"examples/{name}" in commands
         assert (EXAMPLES / name).exists()
+
+
+def test_the_gateway_calls_the_notes_server_as_its_caller(tmp_path: Path) -> None:
+    """examples/gateway_server.py: the agent calls the gateway; the gateway's tool exchanges
+    the agent's token (RFC 8693) and calls the notes server with the new one; the notes
+    server sees the gateway acting for the agent, and never the agent's own token."""
+    auth_port, notes_port, gateway_port = free_port(), free_port(), free_port()
+    issuer = f"http://127.0.0.1:{auth_port}"
+    notes = f"http://127.0.0.1:{notes_port}/mcp"
+    gateway = f"http://127.0.0.1:{gateway_port}/mcp"
+    agent_file, gateway_file = tmp_path / "agent.json", tmp_path / "gateway.json"
+    auth_server = [
+        PYTHON, str(EXAMPLES / "embedded_auth_server.py"), "--port", str(auth_port),
+        "--resource", notes, "--credentials", str(agent_file), "--data", str(tmp_path),
+        "--gateway", gateway, "--gateway-credentials", str(gateway_file),
+    ]  # fmt: skip
+    notes_server = [
+        PYTHON, str(EXAMPLES / "protected_server.py"), "--port", str(notes_port),
+        "--issuer", issuer,
+    ]  # fmt: skip
+    gateway_server = [
+        PYTHON, str(EXAMPLES / "gateway_server.py"), "--port", str(gateway_port),
+        "--issuer", issuer, "--downstream", notes, "--credentials", str(gateway_file),
+    ]  # fmt: skip
+    with (
+        running(auth_server, ready_url=f"{issuer}/health", cwd=tmp_path),
+        running(notes_server, ready_url=notes, cwd=tmp_path),
+        running(gateway_server, ready_url=gateway, cwd=tmp_path),
+    ):
+        assert gateway_file.stat().st_mode & 0o777 == 0o600
+        gateway_id = json.loads(gateway_file.read_text())["client_id"]
+        agent = subprocess.run(
+            [PYTHON, str(EXAMPLES / "machine_agent.py"), "--url", gateway,
+             "--credentials", str(agent_file), "--tool", "notes_elsewhere",
+             "--scope", "gateway:use"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        # the agent's own token is for the gateway only: the notes server refuses it
+        direct = subprocess.run(
+            [PYTHON, str(EXAMPLES / "machine_agent.py"), "--url", notes,
+             "--credentials", str(agent_file), "--scope", "gateway:use"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+    assert agent.returncode == 0, agent.stderr
+    # the notes server names the client acting (the gateway), as the exchanged token says
+    assert agent.stdout.strip() == f"{gateway_id}: buy milk; write the report"
+    assert direct.returncode != 0
