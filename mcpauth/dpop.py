@@ -1,6 +1,7 @@
 """DPoP proofs (RFC 9449), made and checked the same way by all three parts: the client makes
 them, the authorization server checks them at the token endpoint, the middleware at the
-protected resource.
+protected resource. Also what both servers need around the check: stateless nonces
+(:class:`DPoPNonces`) and a bounded single-use record of proofs (:class:`MemoryReplayCache`).
 
 :func:`check_proof` is the whole of RFC 9449 §4.3 except the single use of ``jti``, which needs
 storage shared by the caller's replicas: it returns ``replay_key`` for that. Each failure raises
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import jwt as pyjwt
@@ -243,3 +246,80 @@ def make_proof(
     if nonce is not None:
         claims["nonce"] = nonce
     return pyjwt.encode(claims, key, algorithm=alg, headers={"typ": PROOF_TYPE, "jwk": public})
+
+
+NONCE_WINDOW_SECONDS = 120
+
+
+class DPoPNonces:
+    """Server-issued nonces (RFC 9449 §8, §9) that every replica accepts without shared state:
+    a nonce is an HMAC of its time window under ``key``, so any replica with the same key makes
+    and checks the same values and nothing is stored; a nonce of the current or the previous
+    window is accepted, so each lives between one and two windows."""
+
+    def __init__(self, key: bytes, window: int = NONCE_WINDOW_SECONDS) -> None:
+        if len(key) < 16:
+            raise ValueError("a DPoP nonce key needs at least 16 bytes")
+        self._key = key
+        self._window = window
+
+    def _for(self, index: int) -> str:
+        mac = hmac.new(self._key, f"dpop-nonce:{index}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac[:18]).decode("ascii")
+
+    def current(self, now: float) -> str:
+        """The nonce to hand out at ``now``."""
+        return self._for(int(now) // self._window)
+
+    def accepts(self, nonce: str | None, now: float) -> bool:
+        """Whether ``nonce`` was made in this window or the previous one."""
+        if not nonce:
+            return False
+        index = int(now) // self._window
+        valid = (self._for(index), self._for(index - 1))
+        return any(hmac.compare_digest(nonce.encode(), v.encode()) for v in valid)
+
+
+@runtime_checkable
+class ReplayCache(Protocol):
+    """Where a resource server records each proof's single use (``DPoPProof.replay_key``);
+    share one between replicas (a database, Redis) to refuse a replay at any of them."""
+
+    async def first_use(self, key: str, expires_at: float) -> bool:
+        """Record ``key`` until ``expires_at``; False if it is already recorded (a replay)."""
+        ...
+
+
+class ReplayCacheFull(Exception):
+    """The in-memory record holds as many unexpired proofs as it may."""
+
+
+class MemoryReplayCache:
+    """The single-use record of one process, bounded: expired entries are dropped as new ones
+    come; when ``max_entries`` unexpired proofs are recorded a new proof is refused
+    (:class:`ReplayCacheFull`) rather than an unexpired record evicted, which would let that
+    proof be replayed. A proof is accepted for at most ``MAX_AGE + CLOCK_SKEW`` seconds, so the
+    record needs about that many seconds of proofs."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._max = max_entries
+        self._entries: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._next_sweep = 0.0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def first_use(self, key: str, expires_at: float) -> bool:
+        now = time.time()
+        with self._lock:
+            known = self._entries.get(key)
+            if known is not None and known > now:
+                return False
+            if len(self._entries) >= self._max or now >= self._next_sweep:
+                self._entries = {k: t for k, t in self._entries.items() if t > now}
+                self._next_sweep = now + 30
+            if len(self._entries) >= self._max:
+                raise ReplayCacheFull("too many DPoP proofs in the replay window")
+            self._entries[key] = expires_at
+            return True

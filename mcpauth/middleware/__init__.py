@@ -18,6 +18,7 @@ from mcpauth.middleware.resource_metadata import (
     metadata_url,
     resource_metadata,
 )
+from mcpauth.middleware.sender_constraint import DPoP
 from mcpauth.middleware.verifier import (
     JWTVerifier,
     MultiIssuerVerifier,
@@ -26,6 +27,7 @@ from mcpauth.middleware.verifier import (
 )
 
 __all__ = [
+    "DPoP",
     "ForSDK",
     "FromSDK",
     "IdentityHeaders",

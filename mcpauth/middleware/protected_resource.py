@@ -51,7 +51,7 @@ from mcpauth.middleware._asgi import (
     replay,
     send_json,
 )
-from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, bearer_token
+from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, presented_token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._http import AsyncClosing
@@ -64,6 +64,7 @@ from mcpauth.middleware.resource_metadata import (
     metadata_url,
     resource_metadata,
 )
+from mcpauth.middleware.sender_constraint import DPoP
 from mcpauth.middleware.verifier import (
     JWTVerifier,
     MultiIssuerVerifier,
@@ -131,8 +132,10 @@ class ProtectedResourceMiddleware(AsyncClosing):
         token_cache_size: int = 10_000,
         session_table_size: int = 10_000,
         allow_websockets: bool = False,
+        dpop: DPoP | None = None,
     ) -> None:
         self.app = app
+        self.dpop = dpop if dpop is not None else DPoP()
         self.resource = canonical_resource(resource)
         self.policy = ScopePolicy(
             required=required_scopes,
@@ -200,10 +203,11 @@ class ProtectedResourceMiddleware(AsyncClosing):
             # MCP Streamable HTTP transport: an invalid Origin gets 403.
             await send_json(send, 403, jsonrpc_error(-32600, "Origin not allowed"))
             return
+        used_dpop = _scheme_of(scope) == "dpop"
         try:
             token = await self._authenticate(scope)
         except OAuthError as error:
-            await self._refuse(send, error)
+            await self._refuse(send, error, used_dpop=used_dpop)
             return
         if token is None:
             await self._refuse(send, None)
@@ -227,17 +231,26 @@ class ProtectedResourceMiddleware(AsyncClosing):
         missing = self.policy.missing(verified.scopes, needed)
         if missing:
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
-            await self._refuse(send, InsufficientScope(description), needed)
+            used_dpop = _scheme_of(scope) == "dpop"
+            await self._refuse(send, InsufficientScope(description), needed, used_dpop=used_dpop)
             return
-        raw = bearer_token(scope, max_bytes=self.max_header_bytes)  # for token exchange only
+        presented = presented_token(scope, max_bytes=self.max_header_bytes)
+        raw = presented[1] if presented is not None else None  # for token exchange only
         _strip_authorization(scope)
         with identity.bound(scope, verified, user, raw):
             await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
 
     async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:
-        raw = bearer_token(scope, max_bytes=self.max_header_bytes)
-        if raw is None:
+        presented = presented_token(scope, max_bytes=self.max_header_bytes)
+        if presented is None:
             return None
+        scheme, raw = presented
+        found = await self._verified(raw)
+        # per request, never cached: the proof is of this request (RFC 9449 §7)
+        await self.dpop.check(scope, scheme, raw, dict(found[0].claims), self.resource)
+        return found
+
+    async def _verified(self, raw: str) -> tuple[VerifiedToken, BaseUser]:
         digest = token_digest(raw)
         cached = self.tokens.get(digest)
         if cached is not None:
@@ -282,13 +295,20 @@ class ProtectedResourceMiddleware(AsyncClosing):
         return self.policy.needed_for(messages), replay(body, receive)
 
     async def _refuse(
-        self, send: Send, error: OAuthError | None, scopes: Iterable[str] | None = None
+        self,
+        send: Send,
+        error: OAuthError | None,
+        scopes: Iterable[str] | None = None,
+        *,
+        used_dpop: bool = False,
     ) -> None:
         await send_error(
             send,
             error,
             resource_metadata=self.metadata_url,
             scopes=self._challenge_scopes if scopes is None else scopes,
+            dpop=self.dpop,
+            used_dpop=used_dpop,
         )
 
     def _origin_allowed(self, scope: Scope) -> bool:
@@ -391,8 +411,18 @@ class ProtectedResourceMiddleware(AsyncClosing):
 
 
 def _strip_authorization(scope: Scope) -> None:
-    # MCP RS-17: the application (and anything it calls) never receives the caller's token.
-    scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
+    # MCP RS-17: the application (and anything it calls) never receives the caller's token,
+    # nor the proof that goes with it.
+    scope["headers"] = [
+        (k, v) for k, v in scope["headers"] if k.lower() not in (b"authorization", b"dpop")
+    ]
+
+
+def _scheme_of(scope: Scope) -> str | None:
+    """The scheme of the request's Authorization header, lower case, unchecked (for choosing
+    which challenge carries an error)."""
+    value = first_header(scope, b"authorization")
+    return value.strip().split(" ", 1)[0].lower() if value else None
 
 
 def _websocket_denial(scope: Scope, send: Send) -> Send:

@@ -10,6 +10,7 @@ mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]..
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from mcpauth.middleware.proxy_stdio import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_SUBJECT,
 )
+from mcpauth.middleware.sender_constraint import DPoP
 from mcpauth.uris import URIError, canonical_resource, path_of
 
 __all__ = ["add_proxy_parser", "build_proxy_app", "main", "run_proxy"]
@@ -96,6 +98,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="stdio mode: stop a session's child after this long unused (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--require-dpop", action="store_true",
+        help="accept DPoP-bound tokens only (RFC 9449); bound tokens are always accepted",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dpop-nonce-key-env", metavar="NAME",
+        help="require DPoP nonces, made with the key in this environment variable "
+        "(at least 16 bytes; the same on every replica)",
+    )  # fmt: skip
+    parser.add_argument(
         "stdio_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG]...",
         help="run this MCP stdio server instead of proxying --upstream",
     )  # fmt: skip
@@ -147,6 +158,12 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
             max_sessions_per_subject=args.max_sessions_per_subject,
             idle_timeout=args.session_idle_timeout,
         )
+    nonce_key = None
+    if args.dpop_nonce_key_env:
+        value = os.environ.get(args.dpop_nonce_key_env, "")
+        if len(value.encode()) < 16:
+            raise ValueError(f"{args.dpop_nonce_key_env} must hold a key of 16 bytes or more")
+        nonce_key = value.encode()
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
         tool_scopes.setdefault(tool, []).extend(scope.split())
@@ -159,6 +176,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         tool_scopes=tool_scopes or None,
         resource_name=args.resource_name,
         allowed_origins=args.allowed_origins,
+        dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
     )
 
 

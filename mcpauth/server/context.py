@@ -10,6 +10,7 @@ from typing import cast
 
 from starlette.requests import Request
 
+from mcpauth.dpop import DPoPNonces
 from mcpauth.server.authorization.resources import ResourceCatalog
 from mcpauth.server.clients.directory import ClientDirectory
 from mcpauth.server.config import Settings
@@ -18,7 +19,6 @@ from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
-from mcpauth.server.tokens.dpop_nonces import DPoPNonces
 from mcpauth.server.tokens.keys import KeyManager
 
 

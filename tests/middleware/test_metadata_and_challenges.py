@@ -65,7 +65,7 @@ async def test_a_request_without_a_token_gets_401_with_resource_metadata_and_sco
     async with client_for(protect(required_scopes=["mcp:basic"])) as client:
         response = await client.post("/mcp", json=rpc("initialize"))
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == (
+    assert response.headers.get_list("www-authenticate")[0] == (
         f'Bearer resource_metadata="{PRM_URL}", scope="mcp:basic"'
     )
     assert recording_app.calls == []
@@ -74,7 +74,10 @@ async def test_a_request_without_a_token_gets_401_with_resource_metadata_and_sco
 async def test_the_401_challenge_omits_scope_when_none_is_configured(protect: Any) -> None:
     async with client_for(protect()) as client:
         response = await client.get("/mcp")
-    assert response.headers["www-authenticate"] == f'Bearer resource_metadata="{PRM_URL}"'
+    assert response.headers.get_list("www-authenticate") == [
+        f'Bearer resource_metadata="{PRM_URL}"',
+        f'DPoP resource_metadata="{PRM_URL}", algs="ES256 EdDSA RS256 PS256"',
+    ]
 
 
 @pytest.mark.parametrize("scheme", ["Basic dXNlcjpwYXNz", "Token abc", "Bearerabc"])
@@ -106,7 +109,7 @@ async def test_an_invalid_token_gets_401_with_error_description_and_resource_met
     async with client_for(protect(required_scopes="mcp:basic")) as client:
         response = await client.get("/mcp", headers=bearer(token))
     assert response.status_code == 401
-    assert response.headers["www-authenticate"] == (
+    assert response.headers.get_list("www-authenticate")[0] == (
         'Bearer error="invalid_token", error_description="The access token has expired", '
         f'resource_metadata="{PRM_URL}", scope="mcp:basic"'
     )
@@ -143,7 +146,7 @@ async def test_insufficient_scope_gets_403_in_the_spec_wire_format_rs_12(
     async with client_for(middleware) as client:
         response = await client.post("/mcp", json=call, headers=bearer(auth_server.mint()))
     assert response.status_code == 403
-    assert response.headers["www-authenticate"] == (
+    assert response.headers.get_list("www-authenticate")[0] == (
         'Bearer error="insufficient_scope", scope="files:write mcp:basic", '
         f'resource_metadata="{PRM_URL}", '
         'error_description="This operation needs the scopes: files:write mcp:basic"'

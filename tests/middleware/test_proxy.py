@@ -8,11 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from mcpauth import jwt
+from mcpauth.dpop import make_proof
 from mcpauth.middleware import ProtectedResourceMiddleware
 from mcpauth.middleware.proxy import UpstreamProxy
 from mcpauth.middleware.proxy_cli import add_proxy_parser, build_proxy_app
@@ -174,3 +177,50 @@ def test_the_cli_passes_session_limits_to_the_stdio_bridge() -> None:
 def test_non_positive_session_limits_are_usage_errors(option: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse(["--resource", RESOURCE, "--authorization-server", ISSUER, *option])
+
+
+async def test_the_proxy_takes_dpop_and_forwards_neither_token_nor_proof(
+    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    jkt = jwt.thumbprint(jwt.public_jwk(key.public_key(), kid="", alg="ES256"))
+    token = auth_server.mint(cnf={"jkt": jkt})
+    proof = make_proof(key, alg="ES256", method="POST", url=RESOURCE, access_token=token)
+    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    async with client_for(app) as client:
+        response = await client.post(
+            "/mcp",
+            json=rpc("tools/list"),
+            headers={"Authorization": f"DPoP {token}", "DPoP": proof},
+        )
+        copied = await client.post(
+            "/mcp", json=rpc("tools/list"), headers={"Authorization": f"Bearer {token}"}
+        )
+    assert response.status_code == 200, response.text
+    headers = response.json()["headers"]
+    assert "dpop" not in headers
+    assert "authorization" not in headers
+    assert proof not in response.text
+    assert copied.status_code == 401  # the token copied without its key
+
+
+def test_the_cli_sets_dpop_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = [
+        "--resource",
+        RESOURCE,
+        "--authorization-server",
+        ISSUER,
+        "--upstream",
+        "http://127.0.0.1:9/mcp",
+    ]
+    monkeypatch.setenv("NONCE_KEY", "a key of at least sixteen bytes")
+    middleware = build_proxy_app(
+        parse([*base, "--require-dpop", "--dpop-nonce-key-env", "NONCE_KEY"])
+    )
+    assert isinstance(middleware, ProtectedResourceMiddleware)
+    assert middleware.dpop.required
+    assert middleware.dpop.nonce_header()["DPoP-Nonce"]
+    assert not build_proxy_app(parse(base)).dpop.required
+    monkeypatch.setenv("NONCE_KEY", "short")
+    with pytest.raises(ValueError, match="16 bytes"):
+        build_proxy_app(parse([*base, "--dpop-nonce-key-env", "NONCE_KEY"]))

@@ -95,7 +95,7 @@ async def test_a_websocket_without_a_token_gets_401_with_the_bearer_challenge(
 ) -> None:
     response = await refused(served(allow_websockets=True), {})
     assert response.status_code == 401
-    assert response.headers["WWW-Authenticate"].startswith('Bearer resource_metadata="')
+    assert response.headers.get_all("WWW-Authenticate")[0].startswith('Bearer resource_metadata="')
     assert json.loads(response.body)["error"] == "invalid_token"
     assert echo.scopes == []
 
@@ -115,7 +115,7 @@ async def test_a_websocket_needs_the_required_scopes(
     url = served(allow_websockets=True, required_scopes="files:read")
     response = await refused(url, auth(auth_server.mint(scope="mcp:basic")))
     assert response.status_code == 403
-    assert 'error="insufficient_scope"' in response.headers["WWW-Authenticate"]
+    assert 'error="insufficient_scope"' in response.headers.get_all("WWW-Authenticate")[0]
     assert echo.scopes == []
 
 

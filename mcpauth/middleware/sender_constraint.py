@@ -1,0 +1,130 @@
+"""DPoP at the protected resource (RFC 9449 §7): which tokens must come with a proof, and the
+checks of that proof against the request.
+
+A token bound to a key (``cnf.jkt``) is accepted only with the ``DPoP`` scheme and a proof of
+that key for this very request: method, URL, the hash of the token (``ath``), a fresh
+``iat``, a ``jti`` never seen before (recorded in a :class:`~mcpauth.dpop.ReplayCache`) and,
+when nonces are on, a nonce this server issued. A bound token presented as ``Bearer`` is
+refused (§7.2); so is an unbound token presented as ``DPoP``; with ``required=True`` every
+token must be bound. The URL the proof must name is this resource's origin (the URL clients
+were told, so a proxy in front changes nothing) and the request's path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mcpauth import dpop
+from mcpauth.dpop import DPoPNonces, MemoryReplayCache, ReplayCache, ReplayCacheFull
+from mcpauth.errors import InvalidDPoPProof, InvalidToken, TemporarilyUnavailable, UseDPoPNonce
+from mcpauth.middleware._asgi import Scope, header_values
+from mcpauth.uris import origin
+
+__all__ = ["DPoP"]
+
+
+class ProofRefused(InvalidDPoPProof):
+    """A proof a resource server refuses: 401 with a ``DPoP`` challenge (RFC 9449 §7.1)."""
+
+    status_code: ClassVar[int] = 401
+
+
+class NonceNeeded(UseDPoPNonce):
+    """A resource server's nonce is missing or old: 401, ``DPoP-Nonce`` (RFC 9449 §9)."""
+
+    status_code: ClassVar[int] = 401
+
+
+class SchemeRefused(InvalidToken):
+    """The token came with the wrong scheme for it; answered with a ``DPoP`` challenge."""
+
+
+@dataclass
+class DPoP:
+    """How the middleware treats DPoP.
+
+    ``required``: every token must be DPoP-bound (Bearer is refused with a DPoP challenge).
+    ``nonce_key``: when given (16 bytes or more, the same on every replica), proofs must carry
+    a nonce this server issued; nonces need no storage. ``replay``: where each proof's single
+    use is recorded; by default a bounded record in this process (share one between replicas
+    to refuse a replay at another). ``algorithms``: what proofs may be signed with.
+    """
+
+    required: bool = False
+    nonce_key: bytes | None = None
+    replay: ReplayCache = field(default_factory=MemoryReplayCache)
+    algorithms: Sequence[str] = dpop.ALGORITHMS
+    _nonces: DPoPNonces | None = field(init=False, default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._nonces = DPoPNonces(self.nonce_key) if self.nonce_key is not None else None
+        if not isinstance(self.replay, ReplayCache):
+            raise TypeError("replay must have an async first_use(key, expires_at) method")
+
+    def challenge_params(self) -> list[tuple[str, str]]:
+        return [("algs", " ".join(self.algorithms))]
+
+    def nonce_header(self, now: float | None = None) -> dict[str, str]:
+        """``DPoP-Nonce`` with the current nonce when nonces are on."""
+        if self._nonces is None:
+            return {}
+        return {"DPoP-Nonce": self._nonces.current(time.time() if now is None else now)}
+
+    async def check(
+        self, scope: Scope, scheme: str, token: str, claims: dict[str, Any], resource: str
+    ) -> None:
+        """Refuse the request unless ``token``, presented with ``scheme``, may be used so.
+
+        Raises:
+            SchemeRefused: a bound token as Bearer, an unbound one as DPoP, or Bearer when
+                DPoP is required (401 with a DPoP challenge).
+            ProofRefused: no proof or a proof that fails a check (401, invalid_dpop_proof).
+            NonceNeeded: a nonce is required and missing or old (401, use_dpop_nonce).
+            TemporarilyUnavailable: the replay record is full.
+        """
+        cnf = claims.get("cnf")
+        bound = cnf.get("jkt") if isinstance(cnf, dict) else None
+        if bound is not None and not isinstance(bound, str):
+            raise InvalidToken("The token's cnf.jkt is not a thumbprint")
+        if scheme == "bearer":
+            if bound is not None:
+                raise SchemeRefused("This token is DPoP-bound: send it with the DPoP scheme")
+            if self.required:
+                raise SchemeRefused("This resource accepts DPoP-bound tokens only")
+            return
+        if bound is None:
+            raise SchemeRefused("This token is not DPoP-bound: send it with the Bearer scheme")
+        values = [v.decode("latin-1") for v in header_values(scope, b"dpop")]
+        if not values:
+            raise ProofRefused("A DPoP proof is required with the DPoP scheme")
+        path = scope.get("path") or "/"
+        url = origin(resource) + path
+        now = time.time()
+        try:
+            proof = dpop.check_proof(
+                values,
+                method=str(scope.get("method", "GET")),
+                url=url,
+                now=now,
+                algorithms=self.algorithms,
+                access_token=token,
+                jkt=bound,
+            )
+        except InvalidDPoPProof as exc:
+            raise ProofRefused(exc.description) from exc
+        if self._nonces is not None and not self._nonces.accepts(proof.nonce, now):
+            raise NonceNeeded(
+                "This resource requires a DPoP nonce: use the one in the DPoP-Nonce header",
+                headers=self.nonce_header(now),
+            )
+        try:
+            fresh = await self.replay.first_use(proof.replay_key, proof.expires_at)
+        except ReplayCacheFull as exc:
+            raise TemporarilyUnavailable(
+                "Too many requests to check; try again shortly", headers={"Retry-After": "5"}
+            ) from exc
+        if not fresh:
+            raise ProofRefused("The DPoP proof was used before: make a new one per request")
