@@ -32,6 +32,7 @@ class AuthorizationServerMetadata(_Document):
     response_modes_supported: list[str] | None = None
     grant_types_supported: list[str] | None = None
     token_endpoint_auth_methods_supported: list[str] | None = None
+    dpop_signing_alg_values_supported: list[str] | None = None  # RFC 9449 §5.1
     token_endpoint_auth_signing_alg_values_supported: list[str] | None = None
     service_documentation: str | None = None
     revocation_endpoint: str | None = None

@@ -7,8 +7,9 @@
 #   - the released line's suites below (SUITE... overrides them);
 #   - the newest release's `auth` suite, and every auth/* scenario of the 2026-07-28
 #     requirement set plus the auth extensions (`--requirements 2026-07-28`), each of which must
-#     pass except NOT_YET below. The set's other scenarios (tools_call, request state, custom
-#     headers, JSON Schema) test the MCP SDK's general client, not authorization: they are
+#     pass (there is no expected-failure list). The set's other scenarios (tools_call, request
+#     state, custom headers, JSON Schema) test the MCP SDK's general client, not authorization:
+#     they are
 #     reported in the results, not gated.
 # Exits non-zero on any failure or warning. (CI=true friendly, never reads stdin)
 # Usage: scripts/conformance-client.sh [SUITE...]
@@ -21,7 +22,6 @@ NEXT_VERSION="0.2.0-alpha.12"
 REQUIREMENTS="2026-07-28"
 # auth scenarios of the newest release that need what is not built yet: sender-constrained
 # tokens (DPoP, RFC 9449) and workload identity federation. Each is still run and reported.
-NOT_YET=("auth/dpop" "auth/dpop-nonce" "auth/wif-jwt-bearer")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 RESULTS="${RESULTS:-$ROOT/results/conformance-client}"
 SUITES=("$@")
@@ -74,22 +74,19 @@ else
 fi
 
 # The newest release, the $REQUIREMENTS requirement set: every auth/* line must be a pass
-# (NOT_YET excepted); the exit status covers non-auth scenarios too, so it is not used.
+# with no expected failures; the exit status covers non-auth scenarios too, so it is not used.
 out="$RESULTS/next-requirements.txt"
 "$NEXT" client --command "$PYTHON -m mcpauth.client.conformance" --requirements "$REQUIREMENTS" \
     -o "$RESULTS/next-requirements" >"$out" 2>&1 </dev/null || true
 passed="$(grep -cE '^✓ auth/' "$out" || true)"
 failed=()
 while IFS= read -r line; do
-    scenario="$(printf '%s' "$line" | sed -E 's/^✗ (auth\/[^:]+):.*/\1/')"
-    skip=""
-    for known in "${NOT_YET[@]}"; do [ "$scenario" = "$known" ] && skip=1; done
-    [ -n "$skip" ] || failed+=("$scenario")
+    failed+=("$(printf '%s' "$line" | sed -E 's/^✗ (auth\/[^:]+):.*/\1/')")
 done < <(grep -E '^✗ auth/' "$out" || true)
 if [ "$passed" -lt 20 ] || [ ${#failed[@]} -gt 0 ]; then
     log "conformance $NEXT_VERSION requirements $REQUIREMENTS: FAILED: ${failed[*]:-} ($passed auth scenarios passed; details in $out)"
     status=1
 else
-    log "conformance $NEXT_VERSION requirements $REQUIREMENTS: $passed auth scenarios passed (not built yet: ${NOT_YET[*]})"
+    log "conformance $NEXT_VERSION requirements $REQUIREMENTS: $passed auth scenarios passed"
 fi
 exit "$status"

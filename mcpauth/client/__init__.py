@@ -49,6 +49,7 @@ from mcpauth.client.options import (  # noqa: E402
     Grant,
     JWTBearerGrant,
     Policy,
+    WorkloadIdentityGrant,
 )
 from mcpauth.client.registration import Registration  # noqa: E402
 from mcpauth.client.storage import (  # noqa: E402
@@ -92,6 +93,7 @@ __all__ = [
     "TokenSet",
     "TokenStorage",
     "UnsafeURL",
+    "WorkloadIdentityGrant",
     "parse_bearer_challenge",
     "select_scope",
 ]

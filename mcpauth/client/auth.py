@@ -56,6 +56,16 @@ def _from_wire(response: AnyResponse, *, with_body: bool) -> HTTPResponse:
     return HTTPResponse(response.status_code, headers, body, challenges)
 
 
+def _apply(request: AnyRequest, step: _Resend) -> None:
+    """The credentials of ``step`` on the caller's request: the token, and a DPoP proof for
+    this very request when the token is bound (a retry gets a new one)."""
+    request.headers.pop("DPoP", None)
+    if step.authorization is not None:
+        request.headers["Authorization"] = step.authorization
+    if step.dpop is not None:
+        request.headers["DPoP"] = step.dpop(request.method, str(request.url))
+
+
 class OAuth(httpx.Auth, httpx2.Auth):
     """OAuth 2.1 for MCP servers: discovery, registration, PKCE, refresh, step-up.
 
@@ -225,8 +235,7 @@ class OAuth(httpx.Auth, httpx2.Auth):
     def _resend(request: AnyRequest | None, step: _Resend) -> Generator[Any, Any, HTTPResponse]:
         if request is None:
             raise RuntimeError("this flow has no request to send")
-        if step.authorization is not None:
-            request.headers["Authorization"] = step.authorization
+        _apply(request, step)
         response = yield request
         return _from_wire(response, with_body=False)
 
@@ -251,8 +260,7 @@ class OAuth(httpx.Auth, httpx2.Auth):
                     if held:
                         lock.release()
                         held = False
-                    if step.authorization is not None:
-                        request.headers["Authorization"] = step.authorization
+                    _apply(request, step)
                     result = _from_wire((yield request), with_body=False)
                 elif isinstance(step, HTTPRequest):
                     response = yield _to_wire(request, step)

@@ -1,6 +1,11 @@
 """``mcpauth login | token | logout``: the client helper on the command line.
 
-Progress goes to stderr; ``token`` prints only the access token on stdout. Exit codes:
+Progress goes to stderr; ``token`` prints only the access token on stdout. With ``--dpop`` the
+tokens are bound to a DPoP key kept in the store (RFC 9449), and ``token --dpop`` prints the two
+header lines one request needs instead, ``Authorization: DPoP ...`` and ``DPoP: <proof>`` for
+``--method`` and ``--url`` (a proof is good for one request: call it again for the next), so a
+script does ``curl -H "$(mcpauth token URL --dpop | sed -n 1p)" -H "$(... | sed -n 2p)"`` or
+reads the lines into an array. Exit codes:
 0 success, 1 the token endpoint or server refused, 3 login required, 4 authorization failed or
 was denied, 5 discovery or registration failed, 6 network error.
 """
@@ -35,6 +40,11 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="machine to machine: use the client_credentials grant (needs --client-id and secret)",
     )
+    parser.add_argument(
+        "--dpop",
+        action="store_true",
+        help="bind the tokens to a DPoP key kept in the store (RFC 9449)",
+    )
 
 
 def add_client_parsers(subparsers: Any) -> None:
@@ -53,6 +63,8 @@ def add_client_parsers(subparsers: Any) -> None:
     token = subparsers.add_parser("token", help="print a valid access token (refreshing it)")
     _client_options(token)
     token.add_argument("--login", action="store_true", help="sign in if there is no usable token")
+    token.add_argument("--method", default="POST", help="with --dpop: the request's method")
+    token.add_argument("--url", dest="request_url", help="with --dpop: the request's URL")
     token.set_defaults(handler=cmd_token, scope=[], no_browser=False, port=0, timeout=300.0)
 
     logout = subparsers.add_parser("logout", help="forget the tokens stored for an MCP server")
@@ -69,6 +81,7 @@ def _oauth(args: argparse.Namespace) -> Any:
         FileStorage,
         LoopbackRedirectHandler,
         OAuth,
+        Policy,
         Registration,
     )
 
@@ -89,10 +102,11 @@ def _oauth(args: argparse.Namespace) -> Any:
         storage=FileStorage(args.store),
         redirect_handler=handler,
         grant=grant,
+        policy=Policy(dpop="required" if args.dpop else "off"),
     )
 
 
-def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any]:
+def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any, Any]:
     import httpx
 
     from mcpauth.client import errors
@@ -106,25 +120,39 @@ def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[i
         (errors.ClientError, EXIT_REFUSED),
         (httpx.HTTPError, EXIT_NETWORK),
     ]
+    oauth = _oauth(args)
     try:
-        return EXIT_OK, _oauth(args).token_sync(force=force, interactive=interactive)
+        return EXIT_OK, oauth.token_sync(force=force, interactive=interactive), oauth
     except (errors.ClientError, httpx.HTTPError) as exc:
         print(f"mcpauth: {exc}", file=sys.stderr)
         code = next(code for kind, code in outcomes if isinstance(exc, kind))
-        return code, None
+        return code, None, oauth
 
 
 def cmd_login(args: argparse.Namespace) -> int:
-    code, _ = _run(args, interactive=True, force=True)
+    code, _, _ = _run(args, interactive=True, force=True)
     if code == EXIT_OK:
         print(f"Logged in to {args.url}.", file=sys.stderr)
     return code
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    code, tokens = _run(args, interactive=args.login, force=False)
-    if code == EXIT_OK:
+    code, tokens, oauth = _run(args, interactive=args.login, force=False)
+    if code != EXIT_OK:
+        return code
+    if not tokens.bound:
         print(tokens.access_token)
+        return code
+    key = oauth.flow.dpop_key
+    if not args.dpop or key is None:
+        print(
+            "mcpauth: the stored token is DPoP-bound: add --dpop to print it with a proof",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    url = args.request_url or args.url
+    print(f"Authorization: DPoP {tokens.access_token}")
+    print(f"DPoP: {key.proof(args.method.upper(), url, access_token=tokens.access_token)}")
     return code
 
 

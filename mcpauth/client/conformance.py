@@ -27,7 +27,11 @@ from mcpauth.client.callback import CallableRedirectHandler
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.enterprise import IdentityAssertion
 from mcpauth.client.errors import ClientError
-from mcpauth.client.options import ClientCredentialsGrant, JWTBearerGrant
+from mcpauth.client.options import (
+    ClientCredentialsGrant,
+    JWTBearerGrant,
+    WorkloadIdentityGrant,
+)
 from mcpauth.client.registration import Registration
 from mcpauth.jwt import private_key_from_pem
 
@@ -62,6 +66,10 @@ def build_auth(server_url: str, scenario: str, context: dict[str, Any]) -> OAuth
     if scenario == "auth/client-credentials-basic":
         credentials = ClientCredentials(context["client_id"], context["client_secret"])
         return OAuth(server_url, credentials=credentials, grant=ClientCredentialsGrant())
+    if "valid_jwt" in context:  # workload identity federation: the platform token is all
+        workload = WorkloadIdentityGrant(token=context["valid_jwt"])
+        named = ClientCredentials(context["client_id"]) if context.get("client_id") else None
+        return OAuth(server_url, credentials=named, grant=workload)
     if "idp_token_endpoint" in context:
         identity = IdentityAssertion(
             idp_token_endpoint=context["idp_token_endpoint"],

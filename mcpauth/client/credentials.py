@@ -118,7 +118,8 @@ def authenticate(
         form["client_assertion_type"] = CLIENT_ASSERTION_TYPE
         form["client_assertion"] = client_assertion(credentials, audience, now=now)
         return {}
-    form["client_id"] = credentials.client_id
+    if credentials.client_id:  # a workload's platform token names its client itself
+        form["client_id"] = credentials.client_id
     if method == "client_secret_post" and credentials.client_secret:
         form["client_secret"] = credentials.client_secret
     return {}

@@ -19,7 +19,7 @@ token without one. Nothing here opens a socket, a file or a browser.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +30,14 @@ from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery, discover
 from mcpauth.client.enterprise import exchange_for_id_jag
 from mcpauth.client.errors import LoginRequired, RegistrationError, TokenRequestFailed
-from mcpauth.client.options import AuthorizationCodeGrant, Grant, JWTBearerGrant, Policy
+from mcpauth.client.options import (
+    AuthorizationCodeGrant,
+    Grant,
+    JWTBearerGrant,
+    Policy,
+    WorkloadIdentityGrant,
+)
+from mcpauth.client.proofs import DPoPKey, choose_algorithm
 from mcpauth.client.registration import (
     Registration,
     check_preregistered,
@@ -48,7 +55,7 @@ from mcpauth.client.tokens import (
     refresh_form,
     token_request,
 )
-from mcpauth.uris import canonical_resource
+from mcpauth.uris import canonical_resource, origin
 
 __all__ = [
     "Authorize",
@@ -74,14 +81,18 @@ StorageMethod = Literal[
     "get_tokens",
     "set_tokens",
     "delete_tokens",
+    "get_dpop_key",
+    "set_dpop_key",
 ]
 
 
 @dataclass(frozen=True)
 class Resend:
-    """Send the caller's request with this ``Authorization`` value (``None``: without one)."""
+    """Send the caller's request with this ``Authorization`` value (``None``: without one);
+    when ``dpop`` is given, also a ``DPoP`` header: ``dpop(method, url)`` of the request."""
 
     authorization: str | None
+    dpop: Callable[[str, str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,15 +170,32 @@ class OAuthFlow:
         self.requested: list[str] = list(config.grant.scopes)
         self.authorizations = 0  # full authorizations so far; tests and the CLI read it
         self._loaded = False
+        self.dpop_key: DPoPKey | None = None  # the key of the current authorization server
+        self._dpop_issuer: str | None = None
+        self._nonces: dict[str, str] = {}  # the latest DPoP-Nonce of each server (by origin)
 
     # -- the flow for one request -------------------------------------------------------------
 
     def request_flow(self) -> Flow:
         """Authenticate one request: send, then react to 401 and 403 a bounded number of times."""
         used = yield from self.current_tokens()
-        response: HTTPResponse = yield Resend(used.authorization if used else None)
+        response: HTTPResponse = yield self._resend(used)
+        self.remember_nonce(self.server_url, response)
+        nonce_retried = False
         for _ in range(self.config.policy.max_attempts):
             challenge = parse_bearer_challenge(response.challenges)
+            if (
+                response.status_code == 401
+                and used is not None
+                and used.bound
+                and not nonce_retried
+                and _asks_for_nonce(response)
+            ):
+                # RFC 9449 §9: the resource wants its nonce in the proof; once per request
+                nonce_retried = True
+                response = yield self._resend(used)
+                self.remember_nonce(self.server_url, response)
+                continue
             if response.status_code == 401:
                 used = yield from self._after_unauthorized(used, challenge)
             elif is_step_up(response, challenge) and challenge is not None:
@@ -176,7 +204,28 @@ class OAuthFlow:
                 used = yield from self._step_up(challenge)
             else:
                 return
-            response = yield Resend(used.authorization)
+            response = yield self._resend(used)
+            self.remember_nonce(self.server_url, response)
+
+    def _resend(self, tokens: TokenSet | None) -> Resend:
+        """The caller's request with ``tokens`` (and a proof for it when they are bound)."""
+        if tokens is None:
+            return Resend(None)
+        key = self.dpop_key
+        if not tokens.bound or key is None:
+            return Resend(tokens.authorization)
+        nonces, token = self._nonces, tokens.access_token
+
+        def proof(method: str, url: str) -> str:
+            return key.proof(method, url, access_token=token, nonce=nonces.get(origin(url)))
+
+        return Resend(tokens.authorization, proof)
+
+    def remember_nonce(self, url: str, response: HTTPResponse) -> None:
+        """Keep a server's newest ``DPoP-Nonce`` (the runner calls this for each response)."""
+        nonce = response.headers.get("dpop-nonce")
+        if nonce:
+            self._nonces[origin(url)] = nonce
 
     def acquire_flow(self, *, force: bool = False, interactive: bool = True) -> Flow:
         """A usable token without a caller's request (``mcpauth login`` / ``token``).
@@ -225,9 +274,11 @@ class OAuthFlow:
 
     def _refresh(self, discovery: Discovery, client: ClientCredentials, tokens: TokenSet) -> Flow:
         form = refresh_form(tokens.refresh_token or "", resource=discovery.resource)
-        response = yield token_request(discovery.metadata, client, form, now=self._now())
+        response, dpop = yield from self._token_call(discovery, client, form)
         try:
-            fresh = parse_token_response(response, now=self._now(), requested_scope=tokens.scope)
+            fresh = parse_token_response(
+                response, now=self._now(), requested_scope=tokens.scope, dpop=dpop
+            )
         except TokenRequestFailed:
             yield from self._drop_tokens()
             return None
@@ -298,6 +349,10 @@ class OAuthFlow:
         if stored is not None and stored.issuer == issuer:
             self.client = stored
             return stored
+        if isinstance(self.config.grant, WorkloadIdentityGrant):
+            # the platform token is the credential; the server finds the client from it
+            self.client = ClientCredentials("", auth_method="none", issuer=issuer)
+            return self.client
         if redirect_uri is None:
             raise RegistrationError(
                 f"{self.config.grant.name} needs pre-registered client credentials"
@@ -315,7 +370,13 @@ class OAuthFlow:
         redirect_uri: str | None = None,
     ) -> Flow:
         metadata, now, grant = discovery.metadata, self._now, self.config.grant
-        if isinstance(grant, JWTBearerGrant):
+        if isinstance(grant, WorkloadIdentityGrant):
+            try:
+                platform_token = grant.read()
+            except ValueError as exc:
+                raise TokenRequestFailed("invalid_request", str(exc)) from exc
+            form = jwt_bearer_form(platform_token, resource=discovery.resource, scope=scope)
+        elif isinstance(grant, JWTBearerGrant):
             id_jag = yield from exchange_for_id_jag(
                 grant.identity,
                 audience=discovery.issuer,
@@ -342,8 +403,60 @@ class OAuthFlow:
                 verifier=pending.pkce.verifier,
                 resource=pending.resource,
             )
-        response = yield token_request(metadata, client, form, now=now())
-        return parse_token_response(response, now=now(), requested_scope=scope)
+        response, dpop = yield from self._token_call(discovery, client, form)
+        return parse_token_response(response, now=now(), requested_scope=scope, dpop=dpop)
+
+    # -- DPoP --------------------------------------------------------------------------------
+
+    def _token_call(
+        self, discovery: Discovery, client: ClientCredentials, form: dict[str, str]
+    ) -> Flow:
+        """Send a token request, with a DPoP proof when the server offers DPoP; a
+        ``use_dpop_nonce`` answer is retried once with the nonce (RFC 9449 §8). Returns the
+        response and whether a proof went with it."""
+        key = yield from self._dpop_key(discovery)
+        response: HTTPResponse | None = None
+        for attempt in range(2):
+            # built anew each time: a client assertion in it is single use
+            request = token_request(discovery.metadata, client, form, now=self._now())
+            if key is not None:
+                proof = key.proof("POST", request.url, nonce=self._nonces.get(origin(request.url)))
+                request = HTTPRequest(
+                    request.method, request.url, {**request.headers, "dpop": proof}, request.body
+                )
+            response = yield request
+            self.remember_nonce(request.url, response)
+            body = response.json_object() or {}
+            if key is None or attempt or body.get("error") != "use_dpop_nonce":
+                break
+        assert response is not None
+        return response, key is not None
+
+    def _dpop_key(self, discovery: Discovery) -> Flow:
+        """The key to bind tokens from this server with; None when DPoP is not used.
+
+        Raises:
+            TokenRequestFailed: DPoP is required and the server does not offer it.
+        """
+        mode = self.config.policy.dpop
+        alg = choose_algorithm(discovery.metadata.dpop_signing_alg_values_supported)
+        if mode == "off" or alg is None:
+            if mode == "required":
+                raise TokenRequestFailed(
+                    "invalid_request", f"{discovery.issuer} does not offer DPoP-bound tokens"
+                )
+            return None
+        if self.dpop_key is not None and self._dpop_issuer == discovery.issuer:
+            return self.dpop_key
+        key = None
+        if hasattr(self.storage, "get_dpop_key"):
+            key = yield from self._store("get_dpop_key", discovery.issuer)
+        if not isinstance(key, DPoPKey) or key.alg != alg:
+            key = DPoPKey.generate(alg)
+            if hasattr(self.storage, "set_dpop_key"):
+                yield from self._store("set_dpop_key", discovery.issuer, key)
+        self.dpop_key, self._dpop_issuer = key, discovery.issuer
+        return key
 
     # -- storage -----------------------------------------------------------------------------
 
@@ -390,6 +503,14 @@ class OAuthFlow:
         self.client = client
         key = TokenKey(discovery.issuer, discovery.resource, client.client_id)
         self.tokens = yield from self._store("get_tokens", key)
+        if self.tokens is not None and self.tokens.bound:
+            stored = None
+            if hasattr(self.storage, "get_dpop_key"):
+                stored = yield from self._store("get_dpop_key", discovery.issuer)
+            if isinstance(stored, DPoPKey):
+                self.dpop_key, self._dpop_issuer = stored, discovery.issuer
+            else:
+                self.tokens = None  # bound to a key this storage did not keep: useless
         if self.tokens and self.tokens.scope:
             self.requested = list(dict.fromkeys([*self.requested, *self.tokens.scope.split()]))
 
@@ -409,6 +530,13 @@ class OAuthFlow:
         self._loaded = True
         self.tokens = None
         self.discovery = None
+
+
+def _asks_for_nonce(response: HTTPResponse) -> bool:
+    """A resource's 401 that asks for its DPoP nonce (RFC 9449 §9)."""
+    if not response.headers.get("dpop-nonce"):
+        return False
+    return any("use_dpop_nonce" in challenge for challenge in response.challenges)
 
 
 def _may_gain(tokens: TokenSet | None, challenge: BearerChallenge) -> bool:

@@ -14,15 +14,17 @@ request, which authorization server to use when a resource lists several, and th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from mcpauth.client.discovery import ServerSelector, first_server
 from mcpauth.client.enterprise import IdentityAssertion
 
-GrantName = Literal["authorization_code", "client_credentials", "jwt_bearer"]
+GrantName = Literal["authorization_code", "client_credentials", "jwt_bearer", "workload"]
 
 
 def _scopes(value: Iterable[str]) -> tuple[str, ...]:
@@ -73,8 +75,48 @@ class JWTBearerGrant:
         object.__setattr__(self, "scopes", _scopes(self.scopes))
 
 
-Grant = AuthorizationCodeGrant | ClientCredentialsGrant | JWTBearerGrant
-"""Any of the three grants."""
+@dataclass(frozen=True)
+class WorkloadIdentityGrant:
+    """Workload identity federation (RFC 7523 §2.1, MCP SEP-1933): the token the workload's
+    platform issued (a Kubernetes service-account token, a CI provider's OIDC token) is the
+    assertion of a jwt-bearer grant; no client secret. Give the token itself (``token``), the
+    file the platform keeps it in (``token_file``, read again for each request: platforms
+    rotate it) or the environment variable that holds it (``token_env``)."""
+
+    name: ClassVar[GrantName] = "workload"
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+    token_env: str | None = None
+    scopes: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", _scopes(self.scopes))
+        given = [v for v in (self.token, self.token_file, self.token_env) if v]
+        if len(given) != 1:
+            raise ValueError("give exactly one of token, token_file and token_env")
+
+    def read(self) -> str:
+        """The platform token now.
+
+        Raises:
+            ValueError: the file or variable is missing or empty.
+        """
+        if self.token:
+            return self.token
+        if self.token_file:
+            try:
+                value = Path(self.token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"cannot read the workload token file: {exc}") from exc
+        else:
+            value = os.environ.get(self.token_env or "", "").strip()
+        if not value:
+            raise ValueError("the workload token is empty")
+        return value
+
+
+Grant = AuthorizationCodeGrant | ClientCredentialsGrant | JWTBearerGrant | WorkloadIdentityGrant
+"""Any of the four grants."""
 
 
 @dataclass(frozen=True)
@@ -85,15 +127,21 @@ class Policy:
     ``max_attempts``: how many times one request is retried after a 401 or a step-up 403.
     ``select_server``: picks the issuer when the resource lists several (default: the first).
     ``clock``: seconds since the epoch; tests pass a fake one.
+    ``dpop``: ``"auto"`` binds tokens to a DPoP key (RFC 9449) whenever the authorization
+    server offers it (``dpop_signing_alg_values_supported``), ``"required"`` refuses a server
+    that does not, ``"off"`` never does.
     """
 
     refresh_margin: float = 60.0
     max_attempts: int = 3
     select_server: ServerSelector = field(default=first_server)
     clock: Callable[[], float] = field(default=time.time)
+    dpop: Literal["auto", "required", "off"] = "auto"
 
     def __post_init__(self) -> None:
         if self.refresh_margin < 0:
             raise ValueError("refresh_margin must not be negative")
         if self.max_attempts < 0:
             raise ValueError("max_attempts must not be negative")
+        if self.dpop not in ("auto", "required", "off"):
+            raise ValueError("dpop must be 'auto', 'required' or 'off'")

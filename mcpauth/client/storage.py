@@ -25,6 +25,7 @@ from filelock import FileLock
 
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery
+from mcpauth.client.proofs import DPoPKey
 from mcpauth.client.tokens import TokenSet
 
 
@@ -97,6 +98,16 @@ class _DocumentStorage(abc.ABC):
         with self._edit() as document:
             document["tokens"].pop(str(key), None)
 
+    def get_dpop_key(self, issuer: str) -> DPoPKey | None:
+        """The DPoP key used with ``issuer`` (optional for other storages: without these two
+        methods the key lives as long as the process, and so do the tokens bound to it)."""
+        data = self._read().get("dpop_keys", {}).get(issuer)
+        return DPoPKey.from_json(data) if isinstance(data, dict) else None
+
+    def set_dpop_key(self, issuer: str, key: DPoPKey) -> None:
+        with self._edit() as document:
+            document.setdefault("dpop_keys", {})[issuer] = key.to_json()
+
     def forget(self, server_url: str) -> None:
         with self._edit() as document:
             found = document["discovery"].pop(server_url, None)
@@ -107,7 +118,7 @@ class _DocumentStorage(abc.ABC):
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": 1, "discovery": {}, "clients": {}, "tokens": {}}
+    return {"version": 1, "discovery": {}, "clients": {}, "tokens": {}, "dpop_keys": {}}
 
 
 class MemoryStorage(_DocumentStorage):
@@ -169,7 +180,7 @@ class FileStorage(_DocumentStorage):
             return _empty()  # a corrupt file is treated as empty and rewritten
         document = _empty()
         if isinstance(data, dict):
-            for name in ("discovery", "clients", "tokens"):
+            for name in ("discovery", "clients", "tokens", "dpop_keys"):
                 if isinstance(data.get(name), dict):
                     document[name] = data[name]
         return document

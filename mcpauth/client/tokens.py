@@ -30,8 +30,13 @@ class TokenSet:
         return self.expires_at is not None and self.expires_at - seconds <= now
 
     @property
+    def bound(self) -> bool:
+        """Whether the token is DPoP-bound (RFC 9449 §5: ``token_type`` ``DPoP``)."""
+        return self.token_type.lower() == "dpop"
+
+    @property
     def authorization(self) -> str:
-        return f"Bearer {self.access_token}"
+        return f"{'DPoP' if self.bound else 'Bearer'} {self.access_token}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,7 +116,11 @@ def jwt_bearer_form(assertion: str, *, resource: str, scope: str | None) -> dict
 
 
 def parse_token_response(
-    response: HTTPResponse, *, now: float | None = None, requested_scope: str | None = None
+    response: HTTPResponse,
+    *,
+    now: float | None = None,
+    requested_scope: str | None = None,
+    dpop: bool = False,
 ) -> TokenSet:
     """A :class:`TokenSet` from a token endpoint response.
 
@@ -130,7 +139,8 @@ def parse_token_response(
     if not isinstance(access_token, str) or not access_token:
         raise TokenRequestFailed("invalid_response", "the token response has no access_token")
     token_type = str(body.get("token_type") or "Bearer")
-    if token_type.lower() != "bearer":
+    # a DPoP-bound token only answers a request that carried a proof (``dpop``)
+    if token_type.lower() not in (("bearer", "dpop") if dpop else ("bearer",)):
         raise TokenRequestFailed("invalid_response", f"unsupported token_type {token_type!r}")
     expires_in = body.get("expires_in")
     issued = time.time() if now is None else now
@@ -139,7 +149,7 @@ def parse_token_response(
     scope = body.get("scope")
     return TokenSet(
         access_token=access_token,
-        token_type="Bearer",
+        token_type="DPoP" if token_type.lower() == "dpop" else "Bearer",
         expires_at=expires_at,
         refresh_token=refresh if isinstance(refresh, str) and refresh else None,
         # RFC 6749 §5.1: scope omitted means identical to the requested scope
