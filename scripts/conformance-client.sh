@@ -9,8 +9,7 @@
 #     requirement set plus the auth extensions (`--requirements 2026-07-28`), each of which must
 #     pass (there is no expected-failure list). The set's other scenarios (tools_call, request
 #     state, custom headers, JSON Schema) test the MCP SDK's general client, not authorization:
-#     they are
-#     reported in the results, not gated.
+#     they are reported in the results, not gated.
 # Exits non-zero on any failure or warning. (CI=true friendly, never reads stdin)
 # Usage: scripts/conformance-client.sh [SUITE...]
 set -euo pipefail
