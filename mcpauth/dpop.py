@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import hmac
 import secrets
 import threading
@@ -296,30 +297,37 @@ class ReplayCacheFull(Exception):
 
 class MemoryReplayCache:
     """The single-use record of one process, bounded: expired entries are dropped as new ones
-    come; when ``max_entries`` unexpired proofs are recorded a new proof is refused
+    come, oldest expiry first (a heap, so no request pays for a sweep of the whole record);
+    when ``max_entries`` unexpired proofs are recorded a new proof is refused
     (:class:`ReplayCacheFull`) rather than an unexpired record evicted, which would let that
     proof be replayed. A proof is accepted for at most ``MAX_AGE + CLOCK_SKEW`` seconds, so the
     record needs about that many seconds of proofs."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
         self._max = max_entries
         self._entries: dict[str, float] = {}
+        self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, key)
         self._lock = threading.Lock()
-        self._next_sweep = 0.0
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _drop_expired(self, now: float) -> None:
+        while self._expiry and self._expiry[0][0] <= now:
+            expires_at, key = heapq.heappop(self._expiry)
+            if self._entries.get(key) == expires_at:
+                del self._entries[key]
+
     async def first_use(self, key: str, expires_at: float) -> bool:
         now = time.time()
         with self._lock:
-            known = self._entries.get(key)
-            if known is not None and known > now:
+            self._drop_expired(now)
+            if key in self._entries:
                 return False
-            if len(self._entries) >= self._max or now >= self._next_sweep:
-                self._entries = {k: t for k, t in self._entries.items() if t > now}
-                self._next_sweep = now + 30
             if len(self._entries) >= self._max:
                 raise ReplayCacheFull("too many DPoP proofs in the replay window")
             self._entries[key] = expires_at
+            heapq.heappush(self._expiry, (expires_at, key))
             return True

@@ -242,6 +242,8 @@ class ProtectedResourceMiddleware(AsyncClosing):
         raw = presented[1] if presented is not None else None  # for token exchange only
         _strip_authorization(scope)
         send_out = self._session_send(scope, send, verified, session_id)
+        if self.dpop.uses_nonces and presented is not None and presented[0] == "dpop":
+            send_out = _with_headers(send_out, self.dpop.nonce_header())
         if self.filter_tools and any(m.get("method") == "tools/list" for m in messages):
             granted = self.policy.effective(verified.scopes)
             per_tool = self.policy.targets["tools"]
@@ -364,7 +366,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         try:
             token = await self._authenticate(scope)
         except OAuthError as error:
-            await self._refuse(deny, error)
+            await self._refuse(deny, error, used_dpop=_scheme_of(scope) == "dpop")
             return
         if token is None:
             await self._refuse(deny, None)
@@ -377,7 +379,8 @@ class ProtectedResourceMiddleware(AsyncClosing):
         needed = self.policy.required
         if self.policy.missing(verified.scopes, needed):
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
-            await self._refuse(deny, InsufficientScope(description), needed)
+            used_dpop = _scheme_of(scope) == "dpop"
+            await self._refuse(deny, InsufficientScope(description), needed, used_dpop=used_dpop)
             return
         _strip_authorization(scope)
         with identity.bound(scope, verified, user):
@@ -428,6 +431,22 @@ def _strip_authorization(scope: Scope) -> None:
     scope["headers"] = [
         (k, v) for k, v in scope["headers"] if k.lower() not in (b"authorization", b"dpop")
     ]
+
+
+def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
+    """``send`` adding ``headers`` to the response unless the application set them itself (RFC
+    9449 §9: a resource's new nonce goes out with its responses)."""
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            present = {bytes(k).lower() for k, _ in message.get("headers", ())}
+            added = [(k, v) for k, v in extra if k not in present]
+            if added:
+                message = {**message, "headers": [*message.get("headers", ()), *added]}
+        await send(message)
+
+    return send_with_headers
 
 
 def _scheme_of(scope: Scope) -> str | None:

@@ -55,15 +55,18 @@ _HOP_BY_HOP = frozenset(
 _FORWARDING = frozenset(
     {b"host", b"forwarded", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
 )
+# The caller's token and its DPoP proof (RFC 9449) are for this hop only (MCP RS-17).
+_CREDENTIALS = frozenset({b"authorization", b"dpop"})
 # The ASGI server adds its own; the upstream's would be duplicates.
 _SERVER_SET = frozenset({b"date", b"server"})
 _IDENTITY_PREFIX = b"x-mcpauth-"
 UPSTREAM_UNAVAILABLE = -32603
 _PREFLIGHT_METHODS = b"GET, POST, DELETE, OPTIONS"
 _PREFLIGHT_HEADERS = (
-    b"Authorization, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, Mcp-Protocol-Version"
+    b"Authorization, DPoP, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, "
+    b"Mcp-Protocol-Version"
 )
-_EXPOSED_HEADERS = b"Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate"
+_EXPOSED_HEADERS = b"Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, DPoP-Nonce"
 
 
 def field_name(raw: bytes) -> bytes:
@@ -109,12 +112,14 @@ class UpstreamProxy(AsyncClosing):
 
     Header hygiene, both ways: hop-by-hop fields and those named in ``Connection`` are dropped
     (RFC 9110 §7.6.1); from the client, every spelling (case, ``_`` for ``-``) of the identity
-    headers, any ``X-MCPAuth-*``, ``Authorization`` and the forwarding headers are dropped, and
-    ``X-Forwarded-For``/``-Proto``/``-Host`` are set from what the proxy saw; the identity
-    headers (subject, client, scopes, issuer) come from the verified token. From the upstream,
-    ``Date``/``Server`` (the ASGI server sets its own) and CORS headers are dropped. CORS is
-    answered here: a preflight never reaches the upstream; ``allowed_origins`` (``None``: any
-    origin) decides which origins get ``Access-Control-Allow-Origin``.
+    headers, any ``X-MCPAuth-*``, ``Authorization``, ``DPoP`` (the token's proof, RFC 9449) and
+    the forwarding headers are dropped, and ``X-Forwarded-For``/``-Proto``/``-Host`` are set
+    from what the proxy saw; the identity headers (subject, client, scopes, issuer) come from
+    the verified token. From the upstream, ``Date``/``Server`` (the ASGI server sets its own)
+    and CORS headers are dropped. CORS is answered here: a preflight never reaches the
+    upstream (it allows the ``DPoP`` header, and ``DPoP-Nonce`` is exposed to scripts);
+    ``allowed_origins`` (``None``: any origin) decides which origins get
+    ``Access-Control-Allow-Origin``.
     """
 
     def __init__(
@@ -131,7 +136,7 @@ class UpstreamProxy(AsyncClosing):
         self._client = LazyClient(client, factory=default_client)
         self.identity = identity_headers or IdentityHeaders()
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
-        self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | {b"authorization"}
+        self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | _CREDENTIALS
 
     @property
     def client(self) -> httpx.AsyncClient:

@@ -7,7 +7,11 @@ that key for this very request: method, URL, the hash of the token (``ath``), a 
 when nonces are on, a nonce this server issued. A bound token presented as ``Bearer`` is
 refused (§7.2); so is an unbound token presented as ``DPoP``; with ``required=True`` every
 token must be bound. The URL the proof must name is this resource's origin (the URL clients
-were told, so a proxy in front changes nothing) and the request's path.
+were told, so a proxy in front changes nothing, and a client's forwarding headers are never
+believed) and the request's path as the client sent it (``raw_path``, with the ``root_path``
+the server adds; the decoded ``path`` when the server gives no raw path that agrees with it).
+When nonces are on, a response to an accepted DPoP request carries the current nonce, so
+clients move to the next one without a refusal in between.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
 from mcpauth import dpop
 from mcpauth.dpop import DPoPNonces, MemoryReplayCache, ReplayCache, ReplayCacheFull
@@ -67,6 +72,10 @@ class DPoP:
     def challenge_params(self) -> list[tuple[str, str]]:
         return [("algs", " ".join(self.algorithms))]
 
+    @property
+    def uses_nonces(self) -> bool:
+        return self._nonces is not None
+
     def nonce_header(self, now: float | None = None) -> dict[str, str]:
         """``DPoP-Nonce`` with the current nonce when nonces are on."""
         if self._nonces is None:
@@ -100,8 +109,7 @@ class DPoP:
         values = [v.decode("latin-1") for v in header_values(scope, b"dpop")]
         if not values:
             raise ProofRefused("A DPoP proof is required with the DPoP scheme")
-        path = scope.get("path") or "/"
-        url = origin(resource) + path
+        url = origin(resource) + request_path(scope)
         now = time.time()
         try:
             proof = dpop.check_proof(
@@ -128,3 +136,16 @@ class DPoP:
             ) from exc
         if not fresh:
             raise ProofRefused("The DPoP proof was used before: make a new one per request")
+
+
+def request_path(scope: Scope) -> str:
+    """The request's path as the client sent it: ``raw_path`` (without a query, which some
+    servers leave in it) when its decoded form is the ``path`` the server reports, else ``path``
+    (a server that gives no raw path, or one without the ``root_path`` it adds to ``path``)."""
+    path = str(scope.get("path") or "/")
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        sent = raw.split(b"?", 1)[0].decode("latin-1")
+        if sent and unquote(sent) == path:
+            return sent
+    return path

@@ -10,19 +10,29 @@ import hashlib
 import hmac
 import json
 import time
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import jwt as pyjwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from mcpauth import jwt
-from mcpauth.dpop import MemoryReplayCache, ReplayCacheFull, access_token_hash, make_proof
+from mcpauth.dpop import (
+    NONCE_WINDOW_SECONDS,
+    DPoPNonces,
+    MemoryReplayCache,
+    ReplayCacheFull,
+    access_token_hash,
+    make_proof,
+)
 from mcpauth.middleware import DPoP
+from mcpauth.middleware.sender_constraint import request_path
 
-from .helpers import RESOURCE, FakeAuthorizationServer, RecordingApp, client_for, rpc
+from .helpers import RESOURCE, FakeAuthorizationServer, RecordingApp, bearer, client_for, rpc
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +107,10 @@ def _hmac(token: str) -> str:
     return f"{signing_input}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
 
 
+def _listed(make: Callable[[str], str]) -> Callable[[str], list[str]]:
+    return lambda token: [make(token)]
+
+
 def _tampered(token: str) -> str:
     head, _, signature = _signed(token).split(".")
     return f"{head}.{_b64(_claims(token, htm='GET'))}.{signature}"
@@ -104,60 +118,204 @@ def _tampered(token: str) -> str:
 
 STRANGER = ec.generate_private_key(ec.SECP256R1())
 PRIVATE_JWK = json.loads(pyjwt.algorithms.ECAlgorithm.to_jwk(KEY))
-Hostile = Callable[[str], list[str]]
-# (case, the proofs sent with a bound token, the error)
-HOSTILE: list[tuple[str, Hostile, str]] = [
-    ("no proof", lambda t: [], "invalid_dpop_proof"),
-    ("two proofs", lambda t: [proof(t), proof(t)], "invalid_dpop_proof"),
-    ("not a JWT", lambda t: ["a.b.c"], "invalid_dpop_proof"),
-    ("typ JWT", lambda t: [_signed(t, {"typ": "JWT"})], "invalid_dpop_proof"),
-    ("alg none", lambda t: [_unsigned(t)], "invalid_dpop_proof"),
-    ("HS256", lambda t: [_hmac(t)], "invalid_dpop_proof"),
-    ("no jwk", lambda t: [_signed(t, {"jwk": None})], "invalid_dpop_proof"),
-    ("private key in jwk", lambda t: [_signed(t, {"jwk": PRIVATE_JWK})], "invalid_dpop_proof"),
-    ("symmetric jwk", lambda t: [_signed(t, {"jwk": {"kty": "oct", "k": "c2Vj"}})],
-     "invalid_dpop_proof"),
-    ("another key's signature", lambda t: [_signed(t, key=STRANGER)], "invalid_dpop_proof"),
-    ("tampered payload", lambda t: [_tampered(t)], "invalid_dpop_proof"),
-    ("missing jti", lambda t: [_signed(t, jti=None)], "invalid_dpop_proof"),
-    ("GET for a POST", lambda t: [_signed(t, htm="GET")], "invalid_dpop_proof"),
-    ("another path", lambda t: [_signed(t, htu="https://mcp.example.com/other")],
-     "invalid_dpop_proof"),
-    ("another host", lambda t: [_signed(t, htu="https://evil.example/mcp")],
-     "invalid_dpop_proof"),
-    ("http instead of https", lambda t: [_signed(t, htu="http://mcp.example.com/mcp")],
-     "invalid_dpop_proof"),
-    ("stale iat", lambda t: [_signed(t, iat=int(time.time()) - 3600)], "invalid_dpop_proof"),
-    ("future iat", lambda t: [_signed(t, iat=int(time.time()) + 3600)], "invalid_dpop_proof"),
-    ("missing ath", lambda t: [_signed(t, ath=None)], "invalid_dpop_proof"),
-    ("ath of another token", lambda t: [_signed(t, ath=access_token_hash("other"))],
-     "invalid_dpop_proof"),
-    ("a proof of another key", lambda t: [proof(t, OTHER, "EdDSA")], "invalid_dpop_proof"),
-    ("oversized", lambda t: ["e" * 9000], "invalid_dpop_proof"),
+WEAK_RSA = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505
+NONCE_KEY = b"0123456789abcdef-shared-by-replicas"
+PRM = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+
+
+def _weak_rsa(token: str) -> str:
+    jwk = json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(WEAK_RSA.public_key()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyJWT warns when signing with such a key
+        return pyjwt.encode(
+            _claims(token), WEAK_RSA, algorithm="RS256", headers={"typ": "dpop+jwt", "jwk": jwk}
+        )
+
+
+def _okp_jwk_for_es256(token: str) -> str:
+    okp = json.loads(pyjwt.algorithms.OKPAlgorithm.to_jwk(OTHER.public_key()))
+    return _signed(token, {"jwk": okp})
+
+
+Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One request the middleware must refuse: ``send(bound, unbound)`` builds its headers from
+    a token bound to KEY and an unbound one; ``error`` and ``description`` are exact."""
+
+    name: str
+    send: Callable[[str, str], Headers]
+    error: str
+    description: str
+    status: int = 401
+    policy: dict[str, Any] = field(default_factory=dict)
+    twice: bool = False  # the same request is sent (and accepted) once before
+
+
+def _dpop(make: Callable[[str], list[str]]) -> Callable[[str, str], Headers]:
+    """``Authorization: DPoP <bound token>`` with the proofs ``make`` gives for it."""
+    return lambda bound, unbound: dpop_headers(bound, *make(bound))
+
+
+def _proof_refusal(name: str, make: Callable[[str], list[str]], description: str) -> Refusal:
+    return Refusal(name, _dpop(make), "invalid_dpop_proof", description)
+
+
+WINDOW = "The DPoP proof's iat is outside the accepted window"
+NOT_THE_URI = "The DPoP proof's htu is not this request's URI"
+ALG = "The DPoP proof's alg must be one of ES256, EdDSA, RS256, PS256"
+NONCE = "This resource requires a DPoP nonce: use the one in the DPoP-Nonce header"
+NEEDS_NONCE = {"nonce_key": NONCE_KEY}
+
+
+def _with_nonce(nonce: str | None) -> Callable[[str, str], Headers]:
+    return lambda bound, unbound: dpop_headers(bound, proof(bound, nonce=nonce))
+
+
+REFUSALS: list[Refusal] = [
+    _proof_refusal("no proof", lambda t: [], "A DPoP proof is required with the DPoP scheme"),
+    _proof_refusal("two DPoP headers", lambda t: [proof(t), proof(t)],
+                   "Exactly one DPoP header is required"),
+    _proof_refusal("empty proof", lambda t: [""], "The DPoP proof is empty or too long"),
+    _proof_refusal("proof over 8 KiB", lambda t: ["e" * 9000],
+                   "The DPoP proof is empty or too long"),
+    _proof_refusal("not a JWT", lambda t: ["a.b.c"], "The DPoP proof is not a JWT"),
+    _proof_refusal("typ JWT", lambda t: [_signed(t, {"typ": "JWT"})],
+                   "The DPoP proof's typ must be dpop+jwt"),
+    _proof_refusal("no typ", lambda t: [_signed(t, {"typ": None})],
+                   "The DPoP proof's typ must be dpop+jwt"),
+    _proof_refusal("alg none", lambda t: [_unsigned(t)], ALG),
+    _proof_refusal("HS256 keyed with the public key", lambda t: [_hmac(t)], ALG),
+    _proof_refusal("no jwk", lambda t: [_signed(t, {"jwk": None})],
+                   "The DPoP proof's header must carry its public key as jwk"),
+    _proof_refusal("private key in jwk", lambda t: [_signed(t, {"jwk": PRIVATE_JWK})],
+                   "The DPoP proof's jwk must hold a public key only"),
+    _proof_refusal("symmetric jwk", lambda t: [_signed(t, {"jwk": {"kty": "oct", "k": "c2Vj"}})],
+                   "The DPoP proof's jwk must hold a public key only"),
+    _proof_refusal("jwk of a type the alg does not admit", _listed(_okp_jwk_for_es256),
+                   "The DPoP proof's jwk is not a usable key for its alg"),
+    _proof_refusal("RSA key of 1024 bits", _listed(_weak_rsa),
+                   "The DPoP proof's RSA key must be 2048 to 4096 bits"),
+    _proof_refusal("another key's signature", lambda t: [_signed(t, key=STRANGER)],
+                   "The DPoP proof's signature does not verify"),
+    _proof_refusal("tampered payload", lambda t: [_tampered(t)],
+                   "The DPoP proof's signature does not verify"),
+    _proof_refusal("missing jti", lambda t: [_signed(t, jti=None)],
+                   "The DPoP proof needs a jti of 8 to 256 characters"),
+    _proof_refusal("jti of 4 characters", lambda t: [_signed(t, jti="abcd")],
+                   "The DPoP proof needs a jti of 8 to 256 characters"),
+    _proof_refusal("htm GET for a POST", lambda t: [_signed(t, htm="GET")],
+                   "The DPoP proof's htm is not this request's method"),
+    _proof_refusal("htu of another path", lambda t: [_signed(t, htu="https://mcp.example.com/other")],
+                   NOT_THE_URI),
+    _proof_refusal("htu of another host", lambda t: [_signed(t, htu="https://evil.example/mcp")],
+                   NOT_THE_URI),
+    _proof_refusal("htu http instead of https",
+                   lambda t: [_signed(t, htu="http://mcp.example.com/mcp")], NOT_THE_URI),
+    _proof_refusal("htu of another port",
+                   lambda t: [_signed(t, htu="https://mcp.example.com:8443/mcp")], NOT_THE_URI),
+    _proof_refusal("htu not a URL", lambda t: [_signed(t, htu="/mcp")], NOT_THE_URI),
+    _proof_refusal("iat an hour old", lambda t: [_signed(t, iat=int(time.time()) - 3600)], WINDOW),
+    _proof_refusal("iat an hour ahead", lambda t: [_signed(t, iat=int(time.time()) + 3600)],
+                   WINDOW),
+    _proof_refusal("iat a string", lambda t: [_signed(t, iat="now")],
+                   "The DPoP proof needs a numeric iat"),
+    _proof_refusal("missing ath", lambda t: [_signed(t, ath=None)],
+                   "The DPoP proof's ath does not match the access token"),
+    _proof_refusal("ath of another token", lambda t: [_signed(t, ath=access_token_hash("other"))],
+                   "The DPoP proof's ath does not match the access token"),
+    _proof_refusal("jwk thumbprint is not the token's cnf.jkt",
+                   lambda t: [proof(t, OTHER, "EdDSA")],
+                   "The DPoP proof's key is not the key the token is bound to"),
+    Refusal("replayed jti", _dpop(lambda t: [proof(t)]), "invalid_dpop_proof",
+            "The DPoP proof was used before: make a new one per request", twice=True),
+    Refusal("bound token as Bearer",
+            lambda bound, unbound: [("Authorization", f"Bearer {bound}"), ("DPoP", proof(bound))],
+            "invalid_token", "This token is DPoP-bound: send it with the DPoP scheme"),
+    Refusal("bound token as Bearer without a proof",
+            lambda bound, unbound: [("Authorization", f"Bearer {bound}")],
+            "invalid_token", "This token is DPoP-bound: send it with the DPoP scheme"),
+    Refusal("unbound token with the DPoP scheme",
+            lambda bound, unbound: dpop_headers(unbound, proof(unbound)),
+            "invalid_token", "This token is not DPoP-bound: send it with the Bearer scheme"),
+    Refusal("Bearer when DPoP is required",
+            lambda bound, unbound: [("Authorization", f"Bearer {unbound}")],
+            "invalid_token", "This resource accepts DPoP-bound tokens only",
+            policy={"required": True}),
+    Refusal("a bad proof when DPoP is required", _dpop(lambda t: [_signed(t, htm="GET")]),
+            "invalid_dpop_proof", "The DPoP proof's htm is not this request's method",
+            policy={"required": True}),
+    Refusal("nonce missing when required", _with_nonce(None), "use_dpop_nonce", NONCE,
+            policy=NEEDS_NONCE),
+    Refusal("stale nonce (two windows old)",
+            _with_nonce(DPoPNonces(NONCE_KEY).current(time.time() - 2 * NONCE_WINDOW_SECONDS)),
+            "use_dpop_nonce", NONCE, policy=NEEDS_NONCE),
+    Refusal("nonce of another server",
+            _with_nonce(DPoPNonces(b"another server's nonce key").current(time.time())),
+            "use_dpop_nonce", NONCE, policy=NEEDS_NONCE),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "make", "error"), HOSTILE, ids=[h[0] for h in HOSTILE])
-async def test_a_hostile_proof_is_refused_with_a_dpop_challenge(
-    protect: Any,
-    auth_server: FakeAuthorizationServer,
-    recording_app: RecordingApp,
-    case: str,
-    make: Hostile,
-    error: str,
+def expected_challenges(error: str, description: str, *, required: bool) -> list[str]:
+    """Bearer without the error (unless DPoP is required: no Bearer at all), then DPoP with it;
+    both name the scope and the metadata."""
+    bearer = f'Bearer resource_metadata="{PRM}", scope="mcp:basic"'
+    dpop = (
+        f'DPoP error="{error}", error_description="{description}", '
+        f'resource_metadata="{PRM}", scope="mcp:basic", {ALGS}'
+    )
+    return [dpop] if required else [bearer, dpop]
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[r.name for r in REFUSALS])
+async def test_each_refusal_has_its_exact_status_error_and_challenges(
+    protect: Any, auth_server: FakeAuthorizationServer, recording_app: RecordingApp, case: Refusal
+) -> None:
+    bound, unbound = bound_token(auth_server), auth_server.mint()
+    headers = case.send(bound, unbound)
+    middleware = protect(required_scopes="mcp:basic", dpop=DPoP(**case.policy))
+    async with client_for(middleware) as client:
+        if case.twice:
+            first = await client.post("/mcp", json=rpc("ping"), headers=headers)
+            assert first.status_code == 200, first.text
+            recording_app.calls.clear()
+        response = await client.post("/mcp", json=rpc("ping"), headers=headers)
+    assert response.status_code == case.status, response.text
+    assert response.json() == {"error": case.error, "error_description": case.description}
+    assert response.headers.get_list("www-authenticate") == expected_challenges(
+        case.error, case.description, required=bool(case.policy.get("required"))
+    )
+    if case.error == "use_dpop_nonce":
+        assert DPoPNonces(NONCE_KEY).accepts(response.headers["DPoP-Nonce"], time.time())
+    else:
+        assert "dpop-nonce" not in response.headers
+    assert recording_app.calls == []
+
+
+def test_the_table_covers_what_the_conformance_suite_will_check() -> None:
+    assert len(REFUSALS) >= 20
+    assert len({r.name for r in REFUSALS}) == len(REFUSALS)
+    assert {r.error for r in REFUSALS} == {"invalid_dpop_proof", "invalid_token", "use_dpop_nonce"}
+
+
+async def test_insufficient_scope_with_dpop_is_403_with_the_error_in_the_dpop_challenge(
+    protect: Any, auth_server: FakeAuthorizationServer, recording_app: RecordingApp
 ) -> None:
     token = bound_token(auth_server)
-    async with client_for(protect()) as client:
-        response = await client.post(
-            "/mcp", json=rpc("ping"), headers=dpop_headers(token, *make(token))
-        )
-    assert response.status_code == 401, response.text
-    assert response.json()["error"] == error
-    challenges = response.headers.get_list("www-authenticate")
-    dpop_challenge = next(c for c in challenges if c.startswith("DPoP "))
-    assert f'error="{error}"' in dpop_challenge
-    assert ALGS in dpop_challenge
-    assert "resource_metadata=" in dpop_challenge
+    middleware = protect(required_scopes="mcp:basic", tool_scopes={"delete": "files:write"})
+    call = rpc("tools/call", {"name": "delete", "arguments": {}})
+    async with client_for(middleware) as client:
+        response = await client.post("/mcp", json=call, headers=dpop_headers(token, proof(token)))
+    description = "This operation needs the scopes: files:write mcp:basic"
+    assert response.status_code == 403
+    assert response.json() == {"error": "insufficient_scope", "error_description": description}
+    assert response.headers.get_list("www-authenticate") == [
+        f'Bearer resource_metadata="{PRM}", scope="files:write mcp:basic"',
+        f'DPoP error="insufficient_scope", scope="files:write mcp:basic", '
+        f'resource_metadata="{PRM}", error_description="{description}", {ALGS}',
+    ]
     assert recording_app.calls == []
 
 
@@ -184,53 +342,66 @@ async def test_a_proof_of_the_bound_key_lets_the_request_through_and_is_single_u
         assert "dpop" not in names
 
 
-async def test_a_proofs_query_and_fragment_are_ignored(
-    protect: Any, auth_server: FakeAuthorizationServer
+# (the request's path as sent, the proof's htu): the same URI after RFC 9449 §4.3 normalisation
+SAME_URI = [
+    ("/mcp?x=2", f"{URL}?x=1#frag"),  # query and fragment are not compared
+    ("/mcp", "https://mcp.example.com:443/mcp"),  # the scheme's default port
+    ("/mcp", "HTTPS://MCP.Example.COM/mcp"),  # scheme and host case
+    ("/mcp", "https://mcp.example.com/%6Dcp"),  # an escaped unreserved character
+    ("/mcp/a%2Fb", "https://mcp.example.com/mcp/a%2fb"),  # an escaped slash stays escaped
+    ("/mcp/caf%C3%A9", "https://mcp.example.com/mcp/caf%c3%a9"),  # UTF-8, escaped
+]
+
+
+@pytest.mark.parametrize(("path", "htu"), SAME_URI, ids=[htu for _, htu in SAME_URI])
+async def test_a_proof_names_the_uri_as_the_client_sent_it(
+    protect: Any, auth_server: FakeAuthorizationServer, path: str, htu: str
 ) -> None:
     token = bound_token(auth_server)
-    with_query = proof(token, url=f"{URL}?x=1#frag")
+    claims = {"htu": htu}
     async with client_for(protect()) as client:
         response = await client.post(
-            "/mcp?x=2", json=rpc("ping"), headers=dpop_headers(token, with_query)
+            path, json=rpc("ping"), headers=dpop_headers(token, _signed(token, **claims))
         )
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize(
-    ("scheme", "bound", "required", "said"),
-    [
-        ("Bearer", True, False, "DPoP-bound: send it with the DPoP scheme"),
-        ("DPoP", False, False, "not DPoP-bound"),
-        ("Bearer", False, True, "DPoP-bound tokens only"),
-    ],
-    ids=["bound token as Bearer", "unbound token as DPoP", "Bearer when DPoP is required"],
-)
-async def test_the_wrong_scheme_for_a_token_is_refused(
-    protect: Any,
-    auth_server: FakeAuthorizationServer,
-    scheme: str,
-    bound: bool,
-    required: bool,
-    said: str,
+async def test_a_proof_for_the_decoded_path_is_not_one_for_the_escaped_path(
+    protect: Any, auth_server: FakeAuthorizationServer
 ) -> None:
-    token = bound_token(auth_server) if bound else auth_server.mint()
-    headers = [("Authorization", f"{scheme} {token}"), ("DPoP", proof(token))]
-    async with client_for(protect(dpop=DPoP(required=required))) as client:
-        response = await client.post("/mcp", json=rpc("ping"), headers=headers)
+    # /mcp/a%2Fb and /mcp/a/b are different resources: a proof of one is not one of the other
+    token = bound_token(auth_server)
+    wrong = _signed(token, htu="https://mcp.example.com/mcp/a/b")
+    async with client_for(protect()) as client:
+        response = await client.post(
+            "/mcp/a%2Fb", json=rpc("ping"), headers=dpop_headers(token, wrong)
+        )
     assert response.status_code == 401
-    assert response.json()["error"] == "invalid_token"
-    assert said in response.json()["error_description"]
-    challenges = response.headers.get_list("www-authenticate")
-    assert 'error="invalid_token"' in challenges[-1]
-    assert challenges[-1].startswith("DPoP ")
-    assert all(not c.startswith("Bearer ") for c in challenges) == required
+    assert response.json()["error_description"] == NOT_THE_URI
 
 
-async def test_nonces_are_required_when_configured(
+@pytest.mark.parametrize(
+    ("scope", "expected"),
+    [
+        ({"path": "/mcp/a/b", "raw_path": b"/mcp/a%2Fb?q=1"}, "/mcp/a%2Fb"),
+        ({"path": "/api/mcp", "raw_path": b"/api/mcp", "root_path": "/api"}, "/api/mcp"),
+        # a server that leaves root_path out of raw_path: its path is the one to trust
+        ({"path": "/api/mcp", "raw_path": b"/mcp", "root_path": "/api"}, "/api/mcp"),
+        ({"path": "/mcp"}, "/mcp"),
+        ({"path": "", "raw_path": b""}, "/"),
+    ],
+)
+def test_the_path_compared_is_the_raw_path_when_it_agrees_with_the_path(
+    scope: dict[str, Any], expected: str
+) -> None:
+    assert request_path(scope) == expected
+
+
+async def test_nonces_are_required_when_configured_and_come_with_each_accepted_request(
     protect: Any, auth_server: FakeAuthorizationServer
 ) -> None:
     token = bound_token(auth_server)
-    policy = DPoP(nonce_key=b"0123456789abcdef-shared-by-replicas")
+    policy = DPoP(nonce_key=NONCE_KEY)
     async with client_for(protect(dpop=policy)) as client:
         refused = await client.post(
             "/mcp", json=rpc("ping"), headers=dpop_headers(token, proof(token))
@@ -238,17 +409,40 @@ async def test_nonces_are_required_when_configured(
         assert refused.status_code == 401
         assert refused.json()["error"] == "use_dpop_nonce"
         nonce = refused.headers["DPoP-Nonce"]
-        assert 'error="use_dpop_nonce"' in refused.headers.get_list("www-authenticate")[-1]
         accepted = await client.post(
             "/mcp", json=rpc("ping"), headers=dpop_headers(token, proof(token, nonce=nonce))
         )
         assert accepted.status_code == 200, accepted.text
+        # the current nonce goes out with the answer, so the client never falls behind
+        assert accepted.headers["DPoP-Nonce"] == policy.nonce_header()["DPoP-Nonce"]
+        assert accepted.headers.get_list("DPoP-Nonce") == [accepted.headers["DPoP-Nonce"]]
+        plain = await client.post("/mcp", json=rpc("ping"), headers=bearer(auth_server.mint()))
+        assert plain.status_code == 200
+        assert "dpop-nonce" not in plain.headers  # a Bearer client has no use for it
     # another replica with the same key accepts the same nonce
-    async with client_for(protect(dpop=DPoP(nonce_key=policy.nonce_key))) as other:
+    async with client_for(protect(dpop=DPoP(nonce_key=NONCE_KEY))) as other:
         elsewhere = await other.post(
             "/mcp", json=rpc("ping"), headers=dpop_headers(token, proof(token, nonce=nonce))
         )
     assert elsewhere.status_code == 200
+
+
+async def test_the_applications_own_nonce_header_is_left_alone(
+    protect: Any, auth_server: FakeAuthorizationServer
+) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"dpop-nonce", b"the-app-s-own")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    token = bound_token(auth_server)
+    policy = DPoP(nonce_key=NONCE_KEY)
+    nonce = policy.nonce_header()["DPoP-Nonce"]
+    async with client_for(protect(app=app, dpop=policy)) as client:
+        response = await client.post(
+            "/mcp", json=rpc("ping"), headers=dpop_headers(token, proof(token, nonce=nonce))
+        )
+    assert response.headers.get_list("DPoP-Nonce") == ["the-app-s-own"]
 
 
 async def test_replicas_sharing_a_replay_record_refuse_a_proof_the_other_took(
@@ -277,6 +471,21 @@ async def test_the_replay_record_is_bounded_and_refuses_rather_than_forgets() ->
     assert await past.first_use("b", time.time() - 1)
     assert await past.first_use("c", later)  # expired entries make room
     assert len(past) == 1
+    assert await past.first_use("a", later)  # an expired proof's key is free again
+    assert not await past.first_use("a", later)
+    with pytest.raises(ValueError, match="at least 1"):
+        MemoryReplayCache(max_entries=0)
+
+
+async def test_the_replay_record_forgets_in_order_of_expiry() -> None:
+    record = MemoryReplayCache(max_entries=3)
+    now = time.time()
+    assert await record.first_use("late", now + 60)
+    assert await record.first_use("early", now - 1)
+    assert await record.first_use("later", now + 120)  # "early" makes room for it
+    assert len(record) == 2
+    assert not await record.first_use("late", now + 60)
+    assert not await record.first_use("later", now + 120)
 
 
 async def test_a_full_replay_record_gives_503_not_a_pass(
