@@ -20,6 +20,7 @@ import anyio
 import httpx
 
 from mcpauth.middleware._asgi import (
+    ASGIApp,
     Message,
     Receive,
     Scope,
@@ -32,7 +33,7 @@ from mcpauth.middleware._asgi import (
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.identity import verified_token
 
-__all__ = ["IdentityHeaders", "UpstreamProxy"]
+__all__ = ["CORSGrant", "IdentityHeaders", "UpstreamProxy"]
 
 logger = logging.getLogger("mcpauth.proxy")
 
@@ -177,7 +178,7 @@ class UpstreamProxy(AsyncClosing):
             )
             return
         try:
-            await _relay(response, receive, send, self._cors_headers(scope))
+            await _relay(response, receive, send, self.cors_headers(scope))
         finally:
             await response.aclose()
 
@@ -204,7 +205,7 @@ class UpstreamProxy(AsyncClosing):
             headers.append((self.identity.issuer.encode(), (token.issuer or "").encode()))
         return headers
 
-    def _cors_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+    def cors_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         """``Access-Control-Allow-Origin`` (and friends) for this request's Origin, if allowed."""
         origin = first_header(scope, b"origin")
         if origin is None:
@@ -222,7 +223,7 @@ class UpstreamProxy(AsyncClosing):
 
     async def _preflight(self, scope: Scope, send: Send) -> None:
         """Answer a CORS preflight here; it carries no credentials and never goes upstream."""
-        allow = self._cors_headers(scope)
+        allow = self.cors_headers(scope)
         if allow:
             allow += [
                 (b"access-control-allow-methods", _PREFLIGHT_METHODS),
@@ -242,6 +243,33 @@ class UpstreamProxy(AsyncClosing):
                 await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+class CORSGrant:
+    """``app`` (the middleware in front of ``proxy``) with the proxy's CORS grant added to the
+    responses it makes itself (its 401 and 403 refusals), so that a browser client may read
+    their ``WWW-Authenticate`` and ``DPoP-Nonce``; a response that carries a grant already (the
+    proxy's own, the metadata's) is left alone, and an Origin the proxy does not allow gets
+    none."""
+
+    def __init__(self, app: ASGIApp, proxy: UpstreamProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        grant = self.proxy.cors_headers(scope) if scope["type"] == "http" else []
+        if not grant:
+            await self.app(scope, receive, send)
+            return
+
+        async def granted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if all(bytes(k).lower() != b"access-control-allow-origin" for k, _ in headers):
+                    message = {**message, "headers": [*headers, *grant]}
+            await send(message)
+
+        await self.app(scope, receive, granted)
 
 
 def _is_preflight(scope: Scope) -> bool:

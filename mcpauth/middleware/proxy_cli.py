@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from mcpauth.middleware._asgi import ASGIApp
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import IdentityHeaders, UpstreamProxy
+from mcpauth.middleware.proxy import CORSGrant, IdentityHeaders, UpstreamProxy
 from mcpauth.middleware.proxy_stdio import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_SESSIONS,
@@ -131,7 +131,8 @@ def add_proxy_parser(
 
 
 def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
-    """The protected proxy app described by parsed ``args``.
+    """The protected proxy app described by parsed ``args``: the middleware around the stdio
+    bridge (a command), or around the HTTP proxy and then in the proxy's :class:`CORSGrant`.
 
     Raises:
         ValueError: neither or both of ``--upstream`` and a command, or a bad resource URI.
@@ -171,7 +172,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
         tool_scopes.setdefault(tool, []).extend(scope.split())
-    return ProtectedResourceMiddleware(
+    middleware = ProtectedResourceMiddleware(
         inner,
         resource=resource,
         authorization_servers=args.authorization_servers,
@@ -183,6 +184,8 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
         filter_tools=args.filter_tools,
     )
+    # the middleware's own refusals get the proxy's CORS grant, as the upstream's answers do
+    return CORSGrant(middleware, inner) if isinstance(inner, UpstreamProxy) else middleware
 
 
 def run_proxy(args: argparse.Namespace) -> int:

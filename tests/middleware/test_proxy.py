@@ -16,8 +16,8 @@ from starlette.routing import Route
 
 from mcpauth import jwt
 from mcpauth.dpop import make_proof
-from mcpauth.middleware import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import UpstreamProxy
+from mcpauth.middleware import DPoP, ProtectedResourceMiddleware
+from mcpauth.middleware.proxy import CORSGrant, UpstreamProxy
 from mcpauth.middleware.proxy_cli import add_proxy_parser, build_proxy_app
 from mcpauth.middleware.proxy_stdio import StdioBridge
 
@@ -128,8 +128,11 @@ def test_the_cli_parses_http_and_stdio_modes() -> None:
     )
     assert http_mode.upstream == "http://127.0.0.1:9/mcp"
     assert http_mode.tool_scopes == [("rm", "files:write")]
-    middleware = build_proxy_app(http_mode)
+    app = build_proxy_app(http_mode)
+    assert isinstance(app, CORSGrant)
+    middleware = app.app
     assert isinstance(middleware, ProtectedResourceMiddleware)
+    assert app.proxy is middleware.app
     assert middleware.policy.targets["tools"] == {"rm": {"files:write"}}
     stdio_mode = parse([*base, "--", "python", "server.py", "--flag"])
     assert stdio_mode.stdio_command[-3:] == ["python", "server.py", "--flag"]
@@ -204,6 +207,88 @@ async def test_the_proxy_takes_dpop_and_forwards_neither_token_nor_proof(
     assert copied.status_code == 401  # the token copied without its key
 
 
+async def test_a_browser_dpop_client_reads_the_nonce_refusal_and_gets_through_the_proxy(
+    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+) -> None:
+    """CORS for DPoP: the preflight allows the DPoP header, and the middleware's own refusals
+    carry the proxy's grant so a script can read WWW-Authenticate and DPoP-Nonce."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    jkt = jwt.thumbprint(jwt.public_jwk(key.public_key(), kid="", alg="ES256"))
+    token = auth_server.mint(cnf={"jkt": jkt})
+    app_origin = "https://app.example.com"
+    proxy = UpstreamProxy(
+        "http://upstream.internal/upstream/mcp",
+        path="/mcp",
+        client=httpx.AsyncClient(transport=httpx.ASGITransport(upstream_app)),
+        allowed_origins=[app_origin],
+    )
+    middleware = ProtectedResourceMiddleware(
+        proxy,
+        resource=RESOURCE,
+        authorization_servers=[ISSUER],
+        http_client=as_http,
+        allowed_origins=[app_origin],
+        dpop=DPoP(required=True, nonce_key=b"a nonce key of 16 bytes or more"),
+    )
+
+    def headers(nonce: str | None = None) -> dict[str, str]:
+        proof = make_proof(
+            key, alg="ES256", method="POST", url=RESOURCE, access_token=token, nonce=nonce
+        )
+        return {"Origin": app_origin, "Authorization": f"DPoP {token}", "DPoP": proof}
+
+    async with client_for(CORSGrant(middleware, proxy)) as client:
+        preflight = await client.options(
+            "/mcp",
+            headers={
+                "Origin": app_origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, dpop, content-type",
+            },
+        )
+        refused = await client.post("/mcp", json=rpc("ping"), headers=headers())
+        nonce = refused.headers["DPoP-Nonce"]
+        accepted = await client.post("/mcp", json=rpc("ping"), headers=headers(nonce))
+        elsewhere = await client.post(
+            "/mcp", json=rpc("ping"), headers={**headers(nonce), "Origin": "https://evil.example"}
+        )
+    assert preflight.status_code == 204
+    assert "DPoP" in preflight.headers["access-control-allow-headers"].split(", ")
+    assert refused.status_code == 401
+    assert refused.json()["error"] == "use_dpop_nonce"
+    assert refused.headers.get_list("access-control-allow-origin") == [app_origin]
+    exposed = refused.headers["access-control-expose-headers"].split(", ")
+    assert {"WWW-Authenticate", "DPoP-Nonce"} <= set(exposed)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.headers.get_list("access-control-allow-origin") == [app_origin]
+    assert accepted.headers["DPoP-Nonce"]
+    forwarded = accepted.json()["headers"]
+    assert "dpop" not in forwarded
+    assert "authorization" not in forwarded
+    assert elsewhere.status_code == 403
+    assert "access-control-allow-origin" not in elsewhere.headers
+
+
+async def test_the_proxy_alone_drops_the_token_and_the_proof() -> None:
+    """Defence in depth: UpstreamProxy drops Authorization and DPoP itself, whatever is in
+    front of it."""
+    proxy = UpstreamProxy(
+        "http://upstream.internal/upstream/mcp",
+        path="/mcp",
+        client=httpx.AsyncClient(transport=httpx.ASGITransport(upstream_app)),
+    )
+    async with client_for(proxy) as client:
+        response = await client.post(
+            "/mcp",
+            json=rpc("ping"),
+            headers={"Authorization": "DPoP abc", "DPoP": "x.y.z", "X-Kept": "1"},
+        )
+    forwarded = response.json()["headers"]
+    assert forwarded["x-kept"] == "1"
+    assert "authorization" not in forwarded
+    assert "dpop" not in forwarded
+
+
 def test_the_cli_sets_dpop_options(monkeypatch: pytest.MonkeyPatch) -> None:
     base = [
         "--resource",
@@ -214,13 +299,17 @@ def test_the_cli_sets_dpop_options(monkeypatch: pytest.MonkeyPatch) -> None:
         "http://127.0.0.1:9/mcp",
     ]
     monkeypatch.setenv("NONCE_KEY", "a key of at least sixteen bytes")
-    middleware = build_proxy_app(
-        parse([*base, "--require-dpop", "--dpop-nonce-key-env", "NONCE_KEY"])
-    )
+    app = build_proxy_app(parse([*base, "--require-dpop", "--dpop-nonce-key-env", "NONCE_KEY"]))
+    assert isinstance(app, CORSGrant)
+    middleware = app.app
     assert isinstance(middleware, ProtectedResourceMiddleware)
     assert middleware.dpop.required
     assert middleware.dpop.nonce_header()["DPoP-Nonce"]
-    assert not build_proxy_app(parse(base)).dpop.required
+    plain = build_proxy_app(parse(base))
+    assert isinstance(plain, CORSGrant)
+    assert isinstance(plain.app, ProtectedResourceMiddleware)
+    assert not plain.app.dpop.required
+    assert not plain.app.dpop.uses_nonces
     monkeypatch.setenv("NONCE_KEY", "short")
     with pytest.raises(ValueError, match="16 bytes"):
         build_proxy_app(parse([*base, "--dpop-nonce-key-env", "NONCE_KEY"]))
