@@ -74,10 +74,13 @@ def mcp_server(name: str = "e2e") -> MCPServer:
 
     @server.tool()
     def identity(ctx: Context) -> str:
-        """What reached this server: X-MCPAuth headers over HTTP, MCPAUTH_* env over stdio."""
+        """What reached this server: X-MCPAuth headers (and any Authorization or DPoP header,
+        which must not arrive) over HTTP, MCPAUTH_* env over stdio."""
         headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
         if headers:
-            names = ("x-mcpauth-subject", "x-mcpauth-client", "x-mcpauth-scopes", "authorization")
+            names = (
+                "x-mcpauth-subject", "x-mcpauth-client", "x-mcpauth-scopes", "authorization", "dpop"
+            )  # fmt: skip
             return "|".join(headers.get(name, "-") for name in names)
         names = ("MCPAUTH_SUBJECT", "MCPAUTH_CLIENT", "MCPAUTH_SCOPES")
         return "|".join(os.environ.get(name, "-") for name in names)

@@ -94,7 +94,7 @@ async def test_a_dpop_bound_token_works_through_middleware_and_proxy_and_its_cop
         tokens = auth.tokens
         assert tokens is not None
         assert tokens.bound
-        assert seen.endswith("|-")  # neither the token nor its proof went further
+        assert seen.endswith("|-|-")  # neither the token nor its proof went further
         if url == proxy.url:
             assert seen.startswith(f"{bot['client_id']}|")  # the proxy's identity headers
         assert await copied_without_key(url, tokens.access_token) == [401, 401]

@@ -41,7 +41,7 @@ async def test_the_proxy_protects_an_http_upstream_and_streams_sse(
         proxy.url, token, [("identity", {}), ("count", {"n": 5}), ("delete_file", {"path": "/x"})]
     )
     assert "identity" in tools
-    assert identity == "alice|e2e-client|mcp:basic|-"
+    assert identity == "alice|e2e-client|mcp:basic|-|-"
     assert counted == "counted 5"
     assert isinstance(refused, Exception)
     assert any(status == 403 for status, _ in statuses)
