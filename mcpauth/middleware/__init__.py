@@ -11,7 +11,7 @@ from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
 from mcpauth.middleware.policy import ScopePolicy
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import IdentityHeaders, UpstreamProxy
+from mcpauth.middleware.proxy import CORSGrant, IdentityHeaders, UpstreamProxy
 from mcpauth.middleware.proxy_stdio import StdioBridge
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
@@ -27,6 +27,7 @@ from mcpauth.middleware.verifier import (
 )
 
 __all__ = [
+    "CORSGrant",
     "DPoP",
     "ForSDK",
     "FromSDK",

@@ -1,7 +1,9 @@
 """DPoP at the protected resource (RFC 9449 §7, docs/security.md T30): a bound token works only
-with the DPoP scheme and a proof of its key for this request; a table of hostile proofs and
-misused schemes is each refused with 401, its exact error and a DPoP challenge; nonces; the
-single-use record; required DPoP; and the proof and token never reach the application."""
+with the DPoP scheme and a proof of its key for this request. A table of hostile proofs, misused
+schemes and missing or stale nonces (what the conformance suite's resource-server checks will
+send), each refused with its exact status, body and challenges; 403 with DPoP; the URI compared
+as the client sent it; nonces handed out with accepted requests; the bounded single-use record
+and the documented shared one; required DPoP; and the proof and token never reach the app."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -520,3 +524,38 @@ def test_the_replay_option_must_be_a_replay_cache() -> None:
         DPoP(replay=object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="16 bytes"):
         DPoP(nonce_key=b"short")
+
+
+def documented_sqlite_record() -> Any:
+    """The ``SQLiteReplayCache`` of docs/api/middleware.md, as written there."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "api" / "middleware.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    (block,) = [b for b in blocks if "class SQLiteReplayCache" in b]
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(block, str(doc), "exec"), namespace)  # noqa: S102
+    return namespace["SQLiteReplayCache"]
+
+
+async def test_the_documented_shared_record_is_shared_bounded_and_forgets_expired_proofs(
+    protect: Any, auth_server: FakeAuthorizationServer, tmp_path: Path
+) -> None:
+    record = documented_sqlite_record()
+    path = str(tmp_path / "proofs.sqlite3")
+    one, other = record(path, max_entries=2), record(path, max_entries=2)
+    later = time.time() + 60
+    assert await one.first_use("a", later)
+    assert not await other.first_use("a", later)  # another process's record
+    assert await other.first_use("b", time.time() - 1)  # already expired
+    assert await one.first_use("c", later)  # the expired one made room
+    with pytest.raises(ReplayCacheFull):
+        await other.first_use("d", later)
+    # two middlewares (replicas) on the same file: a proof taken at one is refused at the other
+    token = bound_token(auth_server)
+    once = proof(token)
+    shared = record(str(tmp_path / "replicas.sqlite3"))
+    async with client_for(protect(dpop=DPoP(replay=shared))) as first:
+        assert (await send(first, token, once)).status_code == 200
+    async with client_for(protect(dpop=DPoP(replay=record(shared.path)))) as second:
+        replayed = await send(second, token, once)
+    assert replayed.status_code == 401
+    assert replayed.json()["error"] == "invalid_dpop_proof"
