@@ -15,6 +15,8 @@ import base64
 import hashlib
 import heapq
 import hmac
+import json
+import re
 import secrets
 import threading
 import time
@@ -38,6 +40,7 @@ CLOCK_SKEW = 30  # seconds a proof's iat may lie in the future
 _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HEX = frozenset("0123456789abcdefABCDEF")
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -123,11 +126,35 @@ def _public_key(header: Mapping[str, Any], alg: str) -> tuple[Any, str]:
     return key, thumbprint
 
 
+def _segment(value: str) -> bytes:
+    """One base64url segment of a compact JWS, decoded strictly (RFC 7515 §2): the URL-safe
+    alphabet, no padding, and the canonical encoding of what it decodes to.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if not _SEGMENT.fullmatch(value) or len(value) % 4 == 1:
+        raise ValueError("not a base64url segment")
+    decoded = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != value.encode("ascii"):
+        raise ValueError("not the canonical encoding")
+    return decoded
+
+
+def _json_object(segment: str) -> dict[str, Any]:
+    value = json.loads(_segment(segment))
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
 def _verified_claims(
     values: Sequence[str], algorithms: Sequence[str]
 ) -> tuple[dict[str, Any], str]:
     """The claims of the one proof in ``values``, its signature verified with its own public
-    key of an allowed algorithm, and that key's thumbprint."""
+    key of an allowed algorithm, and that key's thumbprint. The compact JWS is read once, here
+    (PyJWT's decoder would read it twice and its header again); the signature is checked by
+    PyJWT's algorithm for ``alg``."""
     if len(values) != 1:
         raise InvalidDPoPProof(
             "Exactly one DPoP header is required" if values else "A DPoP proof is required"
@@ -135,26 +162,31 @@ def _verified_claims(
     proof = values[0].strip()
     if not proof or len(proof) > MAX_PROOF_LENGTH:
         raise InvalidDPoPProof("The DPoP proof is empty or too long")
+    parts = proof.split(".")
     try:
-        header = pyjwt.get_unverified_header(proof)
-    except pyjwt.PyJWTError as exc:
+        if len(parts) != 3:
+            raise ValueError("not three segments")
+        header = _json_object(parts[0])
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidDPoPProof("The DPoP proof is not a JWT") from exc
     if header.get("typ") != PROOF_TYPE:
         raise InvalidDPoPProof(f"The DPoP proof's typ must be {PROOF_TYPE}")
     alg = header.get("alg")
     if not isinstance(alg, str) or alg not in algorithms:
         raise InvalidDPoPProof(f"The DPoP proof's alg must be one of {', '.join(algorithms)}")
+    if "crit" in header or "b64" in header:
+        raise InvalidDPoPProof("The DPoP proof's header asks for extensions this server lacks")
     key, thumbprint = _public_key(header, alg)
     try:
-        claims = pyjwt.decode(
-            proof,
-            key.key,
-            algorithms=[alg],
-            options={"verify_exp": False, "verify_iat": False, "verify_aud": False},
-        )
-    except pyjwt.InvalidSignatureError as exc:
-        raise InvalidDPoPProof("The DPoP proof's signature does not verify") from exc
-    except pyjwt.PyJWTError as exc:
+        signature = _segment(parts[2])
+    except ValueError as exc:
+        raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
+    signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")
+    if not key.Algorithm.verify(signing_input, key.key, signature):
+        raise InvalidDPoPProof("The DPoP proof's signature does not verify")
+    try:
+        claims = _json_object(parts[1])
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
     return claims, thumbprint
 

@@ -97,6 +97,40 @@ def _wrong_key_in_header() -> str:
     return _proof(header={"jwk": _jwk(OTHER)})
 
 
+def _raw(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+GOOD_HEADER = _raw(json.dumps({"typ": "dpop+jwt", "alg": "ES256", "jwk": _jwk(KEY)}).encode())
+GOOD_PAYLOAD = _raw(json.dumps(_claims()).encode())
+
+
+def _signed_segments(header: str = GOOD_HEADER, payload: str = GOOD_PAYLOAD) -> str:
+    """A compact JWS of these exact segments, signed by KEY (ES256)."""
+    signing_input = f"{header}.{payload}".encode()
+    signature = pyjwt.algorithms.ECAlgorithm(pyjwt.algorithms.ECAlgorithm.SHA256).sign(
+        signing_input, KEY
+    )
+    return f"{header}.{payload}.{_raw(signature)}"
+
+
+def _non_canonical_header() -> str:
+    """The good header's JSON (padded with spaces to leave unused bits in the last character)
+    in a base64url spelling with those bits set: lenient decoders read the same bytes."""
+    data = json.dumps({"typ": "dpop+jwt", "alg": "ES256", "jwk": _jwk(KEY)}).encode()
+    data += b" " * ((1 - len(data)) % 3)  # len % 3 == 1: the last character has 4 unused bits
+    canonical = _raw(data)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    spelled = canonical[:-1] + alphabet[alphabet.index(canonical[-1]) + 1]
+    assert base64.urlsafe_b64decode(spelled + "==") == data
+    return spelled
+
+
+def _with_signature(signature: str) -> str:
+    head, payload, _ = _signed_segments().split(".")
+    return f"{head}.{payload}.{signature}"
+
+
 def _c(**changes: Any) -> str:
     return _proof(_claims(**changes))
 
@@ -149,6 +183,25 @@ HOSTILE: list[tuple[str, Callable[[], str | list[str]], dict[str, Any], str]] = 
     ("empty", lambda: "", {}, "empty or too long"),
     ("too long", lambda: "a" * 9000, {}, "empty or too long"),
     ("not a JWT", lambda: "not.a.jwt", {}, "not a JWT"),
+    ("four segments", lambda: _signed_segments() + ".e30", {}, "not a JWT"),
+    ("a padded header", lambda: _signed_segments(GOOD_HEADER + "="), {}, "not a JWT"),
+    ("a header in non-canonical base64", lambda: _signed_segments(_non_canonical_header()), {},
+     "not a JWT"),
+    ("a header that is a JSON array", lambda: _signed_segments(_raw(b"[1]")), {}, "not a JWT"),
+    ("a header nested 5000 deep", lambda: _signed_segments(_raw(b"[" * 5000)), {}, "not a JWT"),
+    ("a header that is not UTF-8", lambda: _signed_segments(_raw(b"\xff\xfe{")), {}, "not a JWT"),
+    ("crit in the header", lambda: _proof(header={"crit": ["exp"]}), {}, "extensions"),
+    ("an unencoded payload (b64 false)", lambda: _proof(header={"b64": False}), {}, "extensions"),
+    ("a payload that is not JSON", lambda: _signed_segments(payload=_raw(b"not json")), {},
+     "cannot be read"),
+    ("a payload that is a JSON array", lambda: _signed_segments(payload=_raw(b"[]")), {},
+     "cannot be read"),
+    ("a payload nested 5000 deep", lambda: _signed_segments(payload=_raw(b"[" * 5000)), {},
+     "cannot be read"),
+    ("no signature", lambda: _with_signature(""), {}, "cannot be read"),
+    ("a padded signature", lambda: _signed_segments() + "=", {}, "cannot be read"),
+    ("a signature of the wrong length", lambda: _with_signature(_raw(b"x" * 63)), {},
+     "signature does not verify"),
     ("typ JWT", lambda: _proof(header={"typ": "JWT"}), {}, r"typ must be dpop\+jwt"),
     ("no typ", lambda: _proof(header={"typ": None}), {}, r"typ must be dpop\+jwt"),
     ("alg none", lambda: _unsigned("none"), {}, "alg must be one of"),
