@@ -19,15 +19,15 @@ token without one. Nothing here opens a socket, a file or a browser.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from mcpauth.client._http import MCP_PROTOCOL_VERSION, HTTPRequest, HTTPResponse
 from mcpauth.client.authorization import build_authorization, parse_callback, select_scope
 from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery, discover
+from mcpauth.client.dpop_state import DPoPState, asks_for_nonce
 from mcpauth.client.enterprise import exchange_for_id_jag
 from mcpauth.client.errors import LoginRequired, RegistrationError, TokenRequestFailed
 from mcpauth.client.options import (
@@ -37,12 +37,22 @@ from mcpauth.client.options import (
     Policy,
     WorkloadIdentityGrant,
 )
-from mcpauth.client.proofs import DPoPKey, choose_algorithm
+from mcpauth.client.proofs import DPoPKey
 from mcpauth.client.registration import (
     Registration,
     check_preregistered,
     cimd_credentials,
     register,
+)
+from mcpauth.client.steps import (
+    Authorize,
+    Flow,
+    Lock,
+    RedirectURI,
+    Resend,
+    Step,
+    StorageCall,
+    StorageMethod,
 )
 from mcpauth.client.storage import TokenKey, TokenStorage
 from mcpauth.client.tokens import (
@@ -55,7 +65,7 @@ from mcpauth.client.tokens import (
     refresh_form,
     token_request,
 )
-from mcpauth.uris import canonical_resource, origin
+from mcpauth.uris import canonical_resource
 
 __all__ = [
     "Authorize",
@@ -72,69 +82,6 @@ __all__ = [
     "StorageMethod",
     "is_step_up",
 ]
-
-StorageMethod = Literal[
-    "get_discovery",
-    "set_discovery",
-    "get_client",
-    "set_client",
-    "get_tokens",
-    "set_tokens",
-    "delete_tokens",
-    "get_dpop_key",
-    "set_dpop_key",
-]
-
-
-@dataclass(frozen=True)
-class Resend:
-    """Send the caller's request with this ``Authorization`` value (``None``: without one);
-    when ``dpop`` is given, also a ``DPoP`` header: ``dpop(method, url)`` of the request."""
-
-    authorization: str | None
-    dpop: Callable[[str, str], str] | None = None
-
-
-@dataclass(frozen=True)
-class Lock:
-    """Hold the shared lock from here to the next :class:`Resend` (or the end of the flow)."""
-
-
-@dataclass(frozen=True)
-class RedirectURI:
-    """Ask the redirect handler which redirect URI to use (it may bind a listener now)."""
-
-
-@dataclass(frozen=True)
-class Authorize:
-    """Send the user to ``url``; the answer is the URL the server redirected back to."""
-
-    url: str
-
-
-@dataclass(frozen=True)
-class StorageCall:
-    """Call ``method`` of ``storage`` with ``args``; the answer is what it returns.
-
-    Storage may read and write files, so the runner chooses where the call runs: ``blocking``
-    is the storage's own ``blocking`` attribute (true when it has none), and an async runner
-    makes a blocking call in a worker thread, off the event loop.
-    """
-
-    storage: TokenStorage
-    method: StorageMethod
-    args: tuple[Any, ...] = ()
-
-    @property
-    def blocking(self) -> bool:
-        return bool(getattr(self.storage, "blocking", True))
-
-    def run(self) -> Any:
-        return getattr(self.storage, self.method)(*self.args)
-
-
-Step = HTTPRequest | Resend | Lock | StorageCall | RedirectURI | Authorize
-Flow = Generator[Step, Any, Any]
 
 
 @dataclass(frozen=True)
@@ -170,9 +117,7 @@ class OAuthFlow:
         self.requested: list[str] = list(config.grant.scopes)
         self.authorizations = 0  # full authorizations so far; tests and the CLI read it
         self._loaded = False
-        self.dpop_key: DPoPKey | None = None  # the key of the current authorization server
-        self._dpop_issuer: str | None = None
-        self._nonces: dict[str, str] = {}  # the latest DPoP-Nonce of each server (by origin)
+        self.dpop = DPoPState()
 
     # -- the flow for one request -------------------------------------------------------------
 
@@ -180,7 +125,7 @@ class OAuthFlow:
         """Authenticate one request: send, then react to 401 and 403 a bounded number of times."""
         used = yield from self.current_tokens()
         response: HTTPResponse = yield self._resend(used)
-        self.remember_nonce(self.server_url, response)
+        self.dpop.remember_nonce(self.server_url, response)
         nonce_retried = False
         for _ in range(self.config.policy.max_attempts):
             challenge = parse_bearer_challenge(response.challenges)
@@ -189,12 +134,12 @@ class OAuthFlow:
                 and used is not None
                 and used.bound
                 and not nonce_retried
-                and _asks_for_nonce(response)
+                and asks_for_nonce(response)
             ):
                 # RFC 9449 §9: the resource wants its nonce in the proof; once per request
                 nonce_retried = True
                 response = yield self._resend(used)
-                self.remember_nonce(self.server_url, response)
+                self.dpop.remember_nonce(self.server_url, response)
                 continue
             if response.status_code == 401:
                 used = yield from self._after_unauthorized(used, challenge)
@@ -205,27 +150,19 @@ class OAuthFlow:
             else:
                 return
             response = yield self._resend(used)
-            self.remember_nonce(self.server_url, response)
+            self.dpop.remember_nonce(self.server_url, response)
 
     def _resend(self, tokens: TokenSet | None) -> Resend:
         """The caller's request with ``tokens`` (and a proof for it when they are bound)."""
         if tokens is None:
             return Resend(None)
-        key = self.dpop_key
-        if not tokens.bound or key is None:
-            return Resend(tokens.authorization)
-        nonces, token = self._nonces, tokens.access_token
-
-        def proof(method: str, url: str) -> str:
-            return key.proof(method, url, access_token=token, nonce=nonces.get(origin(url)))
-
+        proof = self.dpop.request_proof(tokens.access_token) if tokens.bound else None
         return Resend(tokens.authorization, proof)
 
-    def remember_nonce(self, url: str, response: HTTPResponse) -> None:
-        """Keep a server's newest ``DPoP-Nonce`` (the runner calls this for each response)."""
-        nonce = response.headers.get("dpop-nonce")
-        if nonce:
-            self._nonces[origin(url)] = nonce
+    @property
+    def dpop_key(self) -> DPoPKey | None:
+        """The DPoP key of the current authorization server (``mcpauth token --dpop``)."""
+        return self.dpop.key
 
     def acquire_flow(self, *, force: bool = False, interactive: bool = True) -> Flow:
         """A usable token without a caller's request (``mcpauth login`` / ``token``).
@@ -411,52 +348,26 @@ class OAuthFlow:
     def _token_call(
         self, discovery: Discovery, client: ClientCredentials, form: dict[str, str]
     ) -> Flow:
-        """Send a token request, with a DPoP proof when the server offers DPoP; a
-        ``use_dpop_nonce`` answer is retried once with the nonce (RFC 9449 §8). Returns the
-        response and whether a proof went with it."""
+        """A token request with a DPoP proof when the server offers DPoP (see
+        :meth:`DPoPState.token_call`); the response and whether a proof went."""
         key = yield from self._dpop_key(discovery)
-        response: HTTPResponse | None = None
-        for attempt in range(2):
-            # built anew each time: a client assertion in it is single use
-            request = token_request(discovery.metadata, client, form, now=self._now())
-            if key is not None:
-                proof = key.proof("POST", request.url, nonce=self._nonces.get(origin(request.url)))
-                request = HTTPRequest(
-                    request.method, request.url, {**request.headers, "dpop": proof}, request.body
-                )
-            response = yield request
-            self.remember_nonce(request.url, response)
-            body = response.json_object() or {}
-            if key is None or attempt or body.get("error") != "use_dpop_nonce":
-                break
-        assert response is not None
-        return response, key is not None
+
+        def build() -> HTTPRequest:
+            return token_request(discovery.metadata, client, form, now=self._now())
+
+        return (yield from self.dpop.token_call(build, key))
 
     def _dpop_key(self, discovery: Discovery) -> Flow:
-        """The key to bind tokens from this server with; None when DPoP is not used.
-
-        Raises:
-            TokenRequestFailed: DPoP is required and the server does not offer it.
-        """
-        mode = self.config.policy.dpop
-        alg = choose_algorithm(discovery.metadata.dpop_signing_alg_values_supported)
-        if mode == "off" or alg is None:
-            if mode == "required":
-                raise TokenRequestFailed(
-                    "invalid_request", f"{discovery.issuer} does not offer DPoP-bound tokens"
-                )
-            return None
-        if self.dpop_key is not None and self._dpop_issuer == discovery.issuer:
-            return self.dpop_key
-        key = None
-        if hasattr(self.storage, "get_dpop_key"):
-            key = yield from self._store("get_dpop_key", discovery.issuer)
-        if not isinstance(key, DPoPKey) or key.alg != alg:
-            key = DPoPKey.generate(alg)
-            if hasattr(self.storage, "set_dpop_key"):
-                yield from self._store("set_dpop_key", discovery.issuer, key)
-        self.dpop_key, self._dpop_issuer = key, discovery.issuer
-        return key
+        """The key to bind this server's tokens with (see :meth:`DPoPState.key_for`)."""
+        metadata = discovery.metadata
+        return (
+            yield from self.dpop.key_for(
+                discovery.issuer,
+                metadata.dpop_signing_alg_values_supported,
+                self.config.policy.dpop,
+                self._store if hasattr(self.storage, "set_dpop_key") else None,
+            )
+        )
 
     # -- storage -----------------------------------------------------------------------------
 
@@ -508,7 +419,7 @@ class OAuthFlow:
             if hasattr(self.storage, "get_dpop_key"):
                 stored = yield from self._store("get_dpop_key", discovery.issuer)
             if isinstance(stored, DPoPKey):
-                self.dpop_key, self._dpop_issuer = stored, discovery.issuer
+                self.dpop.key, self.dpop.issuer = stored, discovery.issuer
             else:
                 self.tokens = None  # bound to a key this storage did not keep: useless
         if self.tokens and self.tokens.scope:
@@ -530,13 +441,6 @@ class OAuthFlow:
         self._loaded = True
         self.tokens = None
         self.discovery = None
-
-
-def _asks_for_nonce(response: HTTPResponse) -> bool:
-    """A resource's 401 that asks for its DPoP nonce (RFC 9449 §9)."""
-    if not response.headers.get("dpop-nonce"):
-        return False
-    return any("use_dpop_nonce" in challenge for challenge in response.challenges)
 
 
 def _may_gain(tokens: TokenSet | None, challenge: BearerChallenge) -> bool:

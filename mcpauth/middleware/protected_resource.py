@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 from starlette.authentication import BaseUser
@@ -65,6 +66,7 @@ from mcpauth.middleware.resource_metadata import (
     resource_metadata,
 )
 from mcpauth.middleware.sender_constraint import DPoP
+from mcpauth.middleware.tool_listing import filtering_send
 from mcpauth.middleware.verifier import (
     JWTVerifier,
     MultiIssuerVerifier,
@@ -133,8 +135,10 @@ class ProtectedResourceMiddleware(AsyncClosing):
         session_table_size: int = 10_000,
         allow_websockets: bool = False,
         dpop: DPoP | None = None,
+        filter_tools: bool = False,
     ) -> None:
         self.app = app
+        self.filter_tools = filter_tools
         self.dpop = dpop if dpop is not None else DPoP()
         self.resource = canonical_resource(resource)
         self.policy = ScopePolicy(
@@ -224,7 +228,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
             await send_json(send, 404, jsonrpc_error(-32001, "Session not found"))
             return
         try:
-            needed, receive = await self._needed_scopes(scope, receive)
+            needed, receive, messages = await self._needed_scopes(scope, receive)
         except OAuthError as error:
             await send_json(send, error.status_code, error.to_dict())
             return
@@ -237,8 +241,13 @@ class ProtectedResourceMiddleware(AsyncClosing):
         presented = presented_token(scope, max_bytes=self.max_header_bytes)
         raw = presented[1] if presented is not None else None  # for token exchange only
         _strip_authorization(scope)
+        send_out = self._session_send(scope, send, verified, session_id)
+        if self.filter_tools and any(m.get("method") == "tools/list" for m in messages):
+            granted = self.policy.effective(verified.scopes)
+            per_tool = self.policy.targets["tools"]
+            send_out = filtering_send(send_out, lambda name: per_tool.get(name, set()) <= granted)
         with identity.bound(scope, verified, user, raw):
-            await self.app(scope, receive, self._session_send(scope, send, verified, session_id))
+            await self.app(scope, receive, send_out)
 
     async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:
         presented = presented_token(scope, max_bytes=self.max_header_bytes)
@@ -275,9 +284,12 @@ class ProtectedResourceMiddleware(AsyncClosing):
 
     async def _needed_scopes(
         self, scope: Scope, receive: Receive
-    ) -> tuple[frozenset[str], Receive]:
-        if not self.policy.reads_body or scope.get("method") != "POST":
-            return self.policy.required, receive
+    ) -> tuple[frozenset[str], Receive, list[dict[str, Any]]]:
+        """The scopes the request needs, the ``receive`` that replays its body, and its
+        JSON-RPC messages (read only when a decision depends on them)."""
+        reads = self.policy.reads_body or self.filter_tools
+        if not reads or scope.get("method") != "POST":
+            return self.policy.required, receive, []
         length = first_header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             raise PayloadTooLarge("The request body is too large")
@@ -292,7 +304,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
             messages = parse_jsonrpc(body)
         except MalformedRequest:
             raise InvalidRequest("The request body is not a well-formed JSON-RPC message") from None
-        return self.policy.needed_for(messages), replay(body, receive)
+        return self.policy.needed_for(messages), replay(body, receive), messages
 
     async def _refuse(
         self,

@@ -98,6 +98,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="stdio mode: stop a session's child after this long unused (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--filter-tools", action="store_true",
+        help="tools/list shows a caller only the tools its token may call (--tool-scope)",
+    )  # fmt: skip
+    parser.add_argument(
         "--require-dpop", action="store_true",
         help="accept DPoP-bound tokens only (RFC 9449); bound tokens are always accepted",
     )  # fmt: skip
@@ -177,6 +181,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         resource_name=args.resource_name,
         allowed_origins=args.allowed_origins,
         dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
+        filter_tools=args.filter_tools,
     )
 
 

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.uris import check_issuer
+from mcpauth.uris import URIError, canonical_resource, check_issuer
 
 ENV_PREFIX = "MCPAUTH_"
 _HEX_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
@@ -69,6 +69,14 @@ class UpstreamProvider(BaseModel):
     allowed_email_domains: tuple[str, ...] = ()
     """When set, only people whose verified email (`email_verified` true) is in one of these
     domains may sign in."""
+    keep_tokens: bool = False
+    """Keep the provider's access and refresh tokens of each person who signs in (encrypted at
+    rest with a key derived from `secret_key`), refreshed when they expire and deleted when the
+    person revokes an application on `/account` or the account is removed, so that resources
+    listed in `release_to` can get them by token exchange to call the provider's APIs."""
+    release_to: tuple[str, ...] = ()
+    """The resources (canonical URIs) whose MCP servers may exchange a caller's token for the
+    caller's token at this provider (RFC 8693, `audience` = this provider's `id`)."""
     required_claims: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     """Claims the ID token must carry: claim name → accepted values (a string claim equal to
     one of them, or a list claim containing one)."""
@@ -116,6 +124,14 @@ class UpstreamProvider(BaseModel):
             return {k: (v,) if isinstance(v, str) else v for k, v in value.items()}
         return value
 
+    @field_validator("release_to")
+    @classmethod
+    def _release_to(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(canonical_resource(uri) for uri in value)
+        except URIError as exc:
+            raise ValueError(f"release_to: {exc}") from exc
+
     @model_validator(mode="after")
     def _secret_source(self) -> UpstreamProvider:
         if self.client_secret_env and self.client_secret_file:
@@ -123,6 +139,8 @@ class UpstreamProvider(BaseModel):
         has_secret = bool(self.client_secret_env or self.client_secret_file)
         if self.token_endpoint_auth_method not in (None, "none") and not has_secret:
             raise ValueError(f"{self.token_endpoint_auth_method} needs a client secret")
+        if self.release_to and not self.keep_tokens:
+            raise ValueError("release_to needs keep_tokens = true")
         if self.token_endpoint_auth_method == "none" and has_secret:
             raise ValueError("token_endpoint_auth_method none takes no client secret")
         return self

@@ -41,6 +41,7 @@ class ServerContext:
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
     dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
+    upstream_token_key: bytes = b""  # seals people's kept upstream tokens
 
     def __post_init__(self) -> None:
         self.resources = ResourceCatalog(self.db)
@@ -95,6 +96,7 @@ def build_context(
             timeout=settings.upstream_timeout,
             clock=clock,
         ),
+        upstream_token_key=derive_key(secret, f"mcpauth upstream tokens {settings.issuer}"),
         dpop_nonces=(
             DPoPNonces(derive_key(secret, f"mcpauth dpop nonces {settings.issuer}"))
             if settings.dpop_nonce

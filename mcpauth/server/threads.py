@@ -15,6 +15,7 @@ at hand. The function must therefore have done nothing but read before it asks."
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 from collections.abc import Awaitable, Callable, Hashable
@@ -40,6 +41,7 @@ class NeedsAwait(BaseException):
 class _Suspensions:
     outcomes: dict[Hashable, tuple[bool, Any]] = field(default_factory=dict)
     may_suspend: bool = True
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 _current: contextvars.ContextVar[_Suspensions | None] = contextvars.ContextVar(
@@ -65,11 +67,36 @@ def await_on_loop(key: Hashable, start: Callable[[], Awaitable[T]], blocking: Ca
     raise NeedsAwait(key, start)
 
 
+def wait_on_loop(start: Callable[[], Awaitable[T]], timeout: float) -> T:
+    """The outcome of ``start()`` run on the event loop, this worker thread waiting for it (at
+    most ``timeout`` seconds). Unlike :func:`await_on_loop` the call is not suspended and run
+    again, so it may follow writes; it holds a thread meanwhile, so it is only for rare calls
+    to servers the operator chose (an upstream provider's token endpoint), never for a URL a
+    client named. Outside :func:`run_blocking` (the command line, tests) it runs here.
+
+    Raises:
+        TimeoutError: ``start()`` took longer than ``timeout``.
+    """
+
+    async def bounded() -> T:
+        return await asyncio.wait_for(start(), timeout)
+
+    state = _current.get()
+    if state is None or state.loop is None:
+        return asyncio.run(bounded())
+    future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(bounded(), state.loop)
+    try:
+        return future.result(timeout + 1)
+    except TimeoutError:
+        future.cancel()
+        raise
+
+
 async def run_blocking(func: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
     """Run ``func(*args)`` in a worker thread and wait for it; whatever it needs from
     :func:`await_on_loop` is awaited here, between runs, holding no thread."""
     loop = asyncio.get_running_loop()
-    state = _Suspensions()
+    state = _Suspensions(loop=loop)
     for attempt in range(1, MAX_SUSPENSIONS + 2):
         context = contextvars.copy_context()
         context.run(_current.set, state)

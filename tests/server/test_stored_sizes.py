@@ -35,6 +35,7 @@ from mcpauth.server.storage.models import (
     User,
     metadata,
 )
+from mcpauth.server.storage.upstream_tokens import MAX_SEALED_LENGTH
 
 from ..conftest import ISSUER
 from ..oauth import authorization_params, follow, forms, pkce_pair, register_public_client, submit
@@ -125,6 +126,9 @@ CEILINGS: dict[str, int | str] = {
     "upstream_identities.provider_id": "operator",
     "upstream_identities.email": MAX_EMAIL,  # a longer email claim is kept as none
     "upstream_identities.name": MAX_UPSTREAM_NAME,  # a longer name claim is cut
+    "upstream_tokens.user_id": "copy",
+    "upstream_tokens.provider_id": "operator",
+    "upstream_tokens.sealed": MAX_SEALED_LENGTH,  # longer upstream tokens are not kept
     "upstream_logins.digest": "digest",
     "upstream_logins.provider_id": "operator",
     "upstream_logins.interaction_id": "copy",

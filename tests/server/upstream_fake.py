@@ -50,6 +50,8 @@ class FakeProvider:
     # a test's replacement for the token endpoint's answer (called with the request)
     token_response: Callable[[httpx2.Request], Awaitable[httpx2.Response]] | None = None
     stalled: anyio.Event = field(default_factory=anyio.Event)  # never set: a hung provider
+    refresh_tokens: dict[str, int] = field(default_factory=dict)  # live refresh token -> serial
+    issued: int = 0  # access tokens issued (the first one is "upstream-access-token")
 
     def __post_init__(self) -> None:
         self.metadata: dict[str, Any] = {
@@ -103,6 +105,10 @@ class FakeProvider:
         basic = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode()).decode()
         if request.headers.get("authorization") != f"Basic {basic}":
             return httpx2.Response(401, json={"error": "invalid_client"})
+        if form.get("grant_type") == "refresh_token":
+            if self.refresh_tokens.pop(form.get("refresh_token", ""), None) is None:
+                return httpx2.Response(400, json={"error": "invalid_grant"})
+            return httpx2.Response(200, json=self._tokens())
         issued = self.codes.pop(form.get("code", ""), None)
         if issued is None or form.get("grant_type") != "authorization_code":
             return httpx2.Response(400, json={"error": "invalid_grant"})
@@ -114,12 +120,17 @@ class FakeProvider:
         if form.get("redirect_uri") != params["redirect_uri"]:
             return httpx2.Response(400, json={"error": "invalid_grant"})
         claims = {"nonce": params["nonce"], **issued["claims"]}
-        return httpx2.Response(
-            200,
-            json={
-                "access_token": "upstream-access-token",
-                "token_type": "Bearer",
-                "expires_in": 300,
-                "id_token": self.id_token(claims),
-            },
-        )
+        return httpx2.Response(200, json={**self._tokens(), "id_token": self.id_token(claims)})
+
+    def _tokens(self) -> dict[str, Any]:
+        """A new access token (numbered after the first) and a rotated refresh token."""
+        self.issued += 1
+        refresh = f"upstream-refresh-{secrets.token_urlsafe(8)}"
+        self.refresh_tokens[refresh] = self.issued
+        access = "upstream-access-token" if self.issued == 1 else f"upstream-access-{self.issued}"
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": 300,
+            "refresh_token": refresh,
+        }

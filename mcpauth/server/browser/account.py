@@ -25,7 +25,7 @@ from mcpauth.server.browser.sessions import (
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage import grant_store, identities, upstream_tokens
 from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.lookups import get_client, get_resource, get_user
 from mcpauth.server.storage.models import Grant
@@ -241,12 +241,16 @@ async def _refused_form(
 
 
 def _revoke(db: Database, now: int, user_id: str, client_id: str) -> bool:
-    """Revoke every grant of the user for the client and forget the consents."""
+    """Revoke every grant of the user for the client and forget the consents; the person's
+    kept upstream tokens go too (an application they no longer trust may have used them
+    through token exchange; the next sign-in keeps fresh ones)."""
     with db.write() as session:
         rows = [g for g in grant_store.user_grants(session, user_id) if g.client_id == client_id]
         for grant in rows:
             grant_store.revoke_grant(session, grant.id, now)
             grant_store.forget_consent(session, user_id, grant.client_id, grant.resource)
+        if rows:
+            upstream_tokens.forget(session, user_id)
     return bool(rows)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -42,9 +43,10 @@ from mcpauth.server.identity.upstream import (
     UpstreamUnavailable,
 )
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage import grant_store, identities, upstream_tokens
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Interaction, UpstreamLogin
+from mcpauth.server.storage.upstream_tokens import UpstreamTokens
 from mcpauth.server.threads import run_blocking
 
 ACCOUNT = "account"  # the target of a sign-in started on the account page
@@ -304,6 +306,7 @@ def _finish(
     browser: BrowserSession,
     login: UpstreamLogin,
     claims: identities.Claims,
+    token: dict[str, Any],
 ) -> tuple[identities.SignedIn | None, Refusal | None]:
     """Find or make the account, then sign the browser in and move the pending authorization
     to its new session id; nothing is written when the authorization has gone meanwhile."""
@@ -320,6 +323,18 @@ def _finish(
     try:
         with ctx.db.write() as session:
             signed_in = identities.sign_in(session, claims, login.provider_id, ctx.now())
+            provider = ctx.upstream.get(login.provider_id)
+            tokens = UpstreamTokens.from_response(token, ctx.now())
+            if provider is not None and provider.config.keep_tokens and tokens is not None:
+                # for token exchange (docs/security.md T37): sealed, this person's only
+                upstream_tokens.keep(
+                    session,
+                    ctx.upstream_token_key,
+                    signed_in.user_id,
+                    login.provider_id,
+                    tokens,
+                    ctx.now(),
+                )
     except identities.AccountConflict:
         return None, Refusal(
             "account_conflict",
@@ -394,7 +409,7 @@ async def _callback(
     if refusal is not None:
         return refusal
     try:
-        claims = await ctx.upstream.redeem(
+        claims, token = await ctx.upstream.redeem(
             provider,
             metadata,
             code=params["code"],
@@ -421,7 +436,7 @@ async def _callback(
         )
     except Refused as exc:
         return Refusal(exc.reason, 403, "You can't sign in with this account", exc.message)
-    signed_in, refusal = await run_blocking(_finish, ctx, browser, login, kept)
+    signed_in, refusal = await run_blocking(_finish, ctx, browser, login, kept, token)
     if refusal is not None:
         return refusal
     assert signed_in is not None

@@ -374,9 +374,9 @@ class UpstreamProviders:
         state: str,
         redirect_uri: str,
         now: int,
-    ) -> dict[str, Any]:
-        """The validated ID token claims for an authorization code, within one deadline for
-        the token request and the keys.
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The validated ID token claims for an authorization code, and the token response
+        they came in, within one deadline for the token request and the keys.
 
         Raises:
             UpstreamUnavailable: the provider is down, slow or answered nonsense.
@@ -404,9 +404,10 @@ class UpstreamProviders:
                     )
 
                 try:
-                    return validate(await self._signing_keys(provider, metadata))
+                    claims = validate(await self._signing_keys(provider, metadata))
                 except UnknownSigningKey:  # the provider may have rotated its keys
-                    return validate(await self._signing_keys(provider, metadata, refresh=True))
+                    claims = validate(await self._signing_keys(provider, metadata, refresh=True))
+                return claims, token
         except (TimeoutError, httpx2.HTTPError) as exc:
             raise UpstreamUnavailable(_reason(exc)) from exc
 
@@ -431,6 +432,32 @@ class UpstreamProviders:
                 raise UpstreamRefused(_error_code(exc.error)) from exc
             except ValueError as exc:  # not a JSON object
                 raise UpstreamUnavailable("token_not_json") from exc
+        return dict(token)
+
+    async def refresh(self, provider: Provider, refresh_token: str) -> dict[str, Any]:
+        """A new token response for a refresh token, within the provider's deadline.
+
+        Raises:
+            UpstreamUnavailable: the provider is down, slow or answered nonsense.
+            UpstreamRefused: its token endpoint refused (``invalid_grant``: the person must
+                sign in again).
+        """
+        try:
+            with anyio.fail_after(self.timeout):
+                metadata = await self.metadata(provider)
+                async with self._client(provider, authenticated=True) as client:
+                    try:
+                        token = await client.fetch_token(
+                            metadata.token_endpoint,
+                            grant_type="refresh_token",
+                            refresh_token=refresh_token,
+                        )
+                    except AuthlibOAuthError as exc:
+                        raise UpstreamRefused(_error_code(exc.error)) from exc
+                    except ValueError as exc:
+                        raise UpstreamUnavailable("token_not_json") from exc
+        except (TimeoutError, httpx2.HTTPError) as exc:
+            raise UpstreamUnavailable(_reason(exc)) from exc
         return dict(token)
 
 

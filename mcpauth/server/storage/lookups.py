@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlmodel import Session, col, delete, select
 
 from mcpauth.server.crypto import new_id
-from mcpauth.server.storage import identities
+from mcpauth.server.storage import identities, upstream_tokens
 from mcpauth.server.storage.models import (
     BrowserSessionRecord,
     Client,
@@ -42,14 +42,16 @@ def find_or_add_user(session: Session, username: str, now: int) -> str:
 
 
 def remove_user(session: Session, user: User) -> None:
-    """Remove ``user`` with her grants, refresh tokens, consents, browser sessions and upstream
-    identities (a later sign-in through a provider provisions a new account)."""
+    """Remove ``user`` with her grants, refresh tokens, consents, browser sessions, upstream
+    identities and kept upstream tokens (a later sign-in through a provider provisions a new
+    account)."""
     grant_ids = list(session.exec(select(Grant.id).where(Grant.user_id == user.id)))
     session.exec(delete(RefreshToken).where(col(RefreshToken.grant_id).in_(grant_ids)))
     session.exec(delete(Grant).where(col(Grant.user_id) == user.id))
     session.exec(delete(Consent).where(col(Consent.user_id) == user.id))
     session.exec(delete(BrowserSessionRecord).where(col(BrowserSessionRecord.user_id) == user.id))
     identities.forget_user(session, user.id)
+    upstream_tokens.forget(session, user.id)
     session.delete(user)
 
 

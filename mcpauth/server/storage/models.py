@@ -224,6 +224,21 @@ class UpstreamIdentity(SQLModel, table=True):
     last_login_at: int
 
 
+class UpstreamToken(SQLModel, table=True):
+    """A person's tokens at an upstream provider (``keep_tokens``), encrypted as one sealed
+    JSON document (AES-GCM, the key derived from the server secret, the row's key as
+    associated data): a copied database row is useless without the secret and cannot be moved
+    to another person or provider."""
+
+    __tablename__ = "upstream_tokens"
+
+    user_id: str = Field(primary_key=True, max_length=64)
+    provider_id: str = Field(primary_key=True, max_length=32)
+    sealed: str = Field(sa_column=Column(Text, nullable=False))
+    expires_at: int | None = None  # of the access token, as the provider said
+    updated_at: int
+
+
 class UpstreamLogin(SQLModel, table=True):
     """A sign-in sent to an upstream provider and not back yet: the digest of its ``state``,
     the provider, the pending authorization (none: the account page) and the digest of the

@@ -41,7 +41,7 @@ from mcpauth.server.tokens.grants import (
     token_exchange,
     workload,
 )
-from mcpauth.server.tokens.issuance import Issuance
+from mcpauth.server.tokens.issuance import Issuance, UpstreamIssuance
 
 GRANTS = {
     "authorization_code": authorization_code.exchange,
@@ -53,6 +53,8 @@ GRANTS = {
 
 
 def _audit(grant_type: str, client: Client, issuance: Issuance) -> None:
+    if isinstance(issuance, UpstreamIssuance):
+        return  # no token of this server: the exchange audited itself
     claims = issuance.claims
     audit(
         "token.refreshed" if grant_type == "refresh_token" else "token.issued",

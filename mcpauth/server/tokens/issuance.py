@@ -44,6 +44,25 @@ class Issuance:
         return body
 
 
+@dataclass
+class UpstreamIssuance(Issuance):
+    """A token exchange's answer that is the caller's token at an upstream provider: handed
+    out as it is (never signed here), with the provider's expiry."""
+
+    upstream_access_token: str = ""
+
+    def bind(self, jkt: str) -> None:
+        """An upstream token cannot be bound to the caller's key here: it stays Bearer."""
+
+    def response(self, signer: jwt.CompactSigner) -> dict[str, Any]:
+        return {
+            "access_token": self.upstream_access_token,
+            "issued_token_type": self.issued_token_type,
+            "token_type": "Bearer",
+            "expires_in": max(0, self.claims["exp"] - self.claims["iat"]),
+        }
+
+
 def require_proof(client: Client, resource: Resource | None, jkt: str | None) -> None:
     """Refuse a token request without a DPoP proof from a client registered with
     ``dpop_bound_access_tokens`` (RFC 9449 §5.2) or for a resource that takes DPoP-bound

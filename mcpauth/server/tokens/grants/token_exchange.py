@@ -3,6 +3,11 @@ caller: the server, a confidential client the operator allowed to exchange, send
 token it received (``subject_token``) and gets an access token for a resource it is allowed to
 reach, for the same user, with an ``act`` claim naming itself (RFC 8693 §4.1).
 
+With ``audience`` naming an upstream provider (its ``id``) instead of a resource, the answer
+is the caller's own access token at that provider (kept at sign-in, ``keep_tokens``, refreshed
+here when it has expired), for resources the provider's configuration lists in
+``release_to``: the MCP server then calls the provider's API as the caller.
+
 What the operator allows is part of the client's registration: ``exchange_from`` (the resources
 whose tokens it may present, usually its own URL) and ``exchange_to`` (the resources it may get
 tokens for). The new token lives no longer than the subject token, carries its grant (revoking
@@ -14,14 +19,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpauth.errors import InvalidRequest, InvalidScope, InvalidTarget, UnauthorizedClient
+from mcpauth.errors import (
+    InvalidGrant,
+    InvalidRequest,
+    InvalidScope,
+    InvalidTarget,
+    TemporarilyUnavailable,
+    UnauthorizedClient,
+)
 from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
+from mcpauth.server.identity.upstream import Provider, UpstreamRefused, UpstreamUnavailable
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import upstream_tokens
 from mcpauth.server.storage.models import Client
+from mcpauth.server.storage.upstream_tokens import UpstreamTokens
+from mcpauth.server.threads import wait_on_loop
 from mcpauth.server.tokens.introspection import access_token_claims as verified_claims
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.issuance import (
+    Issuance,
+    UpstreamIssuance,
+    access_token_claims,
+    require_proof,
+)
 from mcpauth.uris import URIError, canonical_resource
 
 GRANT = TOKEN_EXCHANGE
@@ -67,6 +88,77 @@ def _subject(ctx: ServerContext, form: dict[str, str]) -> dict[str, Any]:
     return claims
 
 
+REFRESH_MARGIN = 30  # seconds: a kept token this close to expiry is refreshed first
+
+
+def _upstream_token(
+    ctx: ServerContext, client: Client, subject: dict[str, Any], provider: Provider
+) -> Issuance:
+    """The caller's access token at ``provider``, refreshed when it has (nearly) expired.
+
+    Raises:
+        InvalidTarget: the provider keeps no tokens, or not for the subject token's resource.
+        InvalidGrant: nothing is kept for this person, or the provider refused the refresh
+            (the person must sign in through it again).
+        TemporarilyUnavailable: the provider could not be reached.
+    """
+    config = provider.config
+    if not config.keep_tokens or subject["aud"] not in config.release_to:
+        raise InvalidTarget(f"{provider.id} tokens are not released to {subject['aud']}")
+    user_id, now = str(subject["sub"]), ctx.now()
+    key = ctx.upstream_token_key
+    with ctx.db.read() as session:
+        tokens = upstream_tokens.kept(session, key, user_id, provider.id)
+    if tokens is None:
+        raise InvalidGrant(f"No {provider.name} token is kept for this person: sign in again")
+    if tokens.expires_at is not None and tokens.expires_at - REFRESH_MARGIN <= now:
+        tokens = _refreshed(ctx, provider, user_id, tokens, now)
+    audit(
+        "token.exchanged",
+        client_id=client.client_id,
+        sub=user_id,
+        from_aud=str(subject["aud"]),
+        to_upstream=provider.id,
+    )
+    return UpstreamIssuance(
+        {"exp": tokens.expires_at or now + 3600, "iat": now},
+        [],
+        issued_token_type=ACCESS_TOKEN_TYPE,
+        upstream_access_token=tokens.access_token,
+    )
+
+
+def _refreshed(
+    ctx: ServerContext, provider: Provider, user_id: str, tokens: UpstreamTokens, now: int
+) -> UpstreamTokens:
+    key = ctx.upstream_token_key
+    if tokens.refresh_token is None:
+        with ctx.db.write() as session:
+            upstream_tokens.forget(session, user_id, provider.id)
+        raise InvalidGrant(f"The {provider.name} token has expired: sign in again")
+    refresh_token = tokens.refresh_token
+    try:
+        response = wait_on_loop(
+            lambda: ctx.upstream.refresh(provider, refresh_token), ctx.upstream.timeout + 1
+        )
+    except UpstreamRefused as exc:
+        with ctx.db.write() as session:
+            upstream_tokens.forget(session, user_id, provider.id)
+        raise InvalidGrant(
+            f"{provider.name} refused to refresh ({exc.error}): sign in again"
+        ) from exc
+    except (UpstreamUnavailable, TimeoutError) as exc:
+        raise TemporarilyUnavailable(f"{provider.name} cannot be reached; try again") from exc
+    fresh = UpstreamTokens.from_response(response, now)
+    if fresh is None:
+        raise TemporarilyUnavailable(f"{provider.name} answered without a usable token")
+    if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid when not rotated
+        fresh = UpstreamTokens(fresh.access_token, tokens.refresh_token, fresh.expires_at)
+    with ctx.db.write() as session:
+        upstream_tokens.keep(session, key, user_id, provider.id, fresh, now)
+    return fresh
+
+
 def exchange(
     ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
@@ -82,6 +174,9 @@ def exchange(
     subject = _subject(ctx, form)
     if subject["aud"] not in allowed_from:
         raise UnauthorizedClient("This client may not exchange tokens issued for that resource")
+    provider = ctx.upstream.get(form.get("audience") or "") if not form.get("resource") else None
+    if provider is not None:
+        return _upstream_token(ctx, client, subject, provider)
     target_uri = _target(form)
     if target_uri not in allowed_to:
         raise InvalidTarget(f"This client may not get tokens for {target_uri}")

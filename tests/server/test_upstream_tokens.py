@@ -1,0 +1,200 @@
+"""Upstream tokens kept for downstream APIs (docs/security.md T37, T38): with ``keep_tokens``
+the provider's access and refresh tokens of a person who signs in are sealed at rest; an MCP
+server allowed to exchange gets the caller's token at the provider by RFC 8693 token exchange
+(``audience`` = the provider), refreshed when it has expired; revoking an application on
+``/account`` or removing the account deletes them; a refused refresh deletes them too."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+import pytest
+from sqlmodel import select
+from starlette.applications import Starlette
+
+from mcpauth.oauth import TOKEN_EXCHANGE
+from mcpauth.server import admin
+from mcpauth.server.storage import upstream_tokens
+from mcpauth.server.storage.models import UpstreamToken
+
+from ..oauth import follow, forms, pkce_pair, query
+from .conftest import RESOURCE
+from .test_account import revoke_form
+from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
+    APP_REDIRECT,
+    Clock,
+    client_id,
+    clock,
+    come_back,
+    idp,
+    make_app,
+    other_idp,
+    press,
+    sign_in_page,
+)
+from .upstream_fake import FakeProvider
+
+pytestmark = pytest.mark.anyio
+
+ACCESS = "urn:ietf:params:oauth:token-type:access_token"
+
+
+@pytest.fixture
+def app(make_app: Callable[..., Starlette], clock: Clock) -> Starlette:  # noqa: F811
+    """The module's own app; its clock at the wall clock's time, as the subject tokens are
+    checked against the wall clock (PyJWT's)."""
+    clock.now = time.time()
+    return make_app(policy={"keep_tokens": True, "release_to": [RESOURCE]})
+
+
+@pytest.fixture
+def mcp_server(app: Starlette) -> dict[str, Any]:
+    return admin.add_client(
+        app.state.mcpauth,
+        name="notes MCP server",
+        grant_types=[TOKEN_EXCHANGE],
+        exchange_from=[RESOURCE],
+        exchange_to=[RESOURCE],
+    )
+
+
+async def signed_in(http: httpx.AsyncClient, client_id: str, idp: FakeProvider) -> str:  # noqa: F811
+    """Sign in through the provider, approve, redeem: the MCP access token."""
+    verifier, challenge = pkce_pair()
+    page = await sign_in_page(http, client_id, challenge)
+    url = (await press(http, page)).headers["location"]
+    consent = await follow(http, await come_back(http, idp.approve(url)))
+    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
+    done = await http.post(
+        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
+    )
+    token = await http.post(
+        "/token",
+        data={
+            "grant_type": "authorization_code", "code": query(done.headers["location"])["code"],
+            "client_id": client_id, "redirect_uri": APP_REDIRECT, "code_verifier": verifier,
+            "resource": RESOURCE,
+        },
+    )  # fmt: skip
+    assert token.status_code == 200, token.text
+    return str(token.json()["access_token"])
+
+
+async def exchange(
+    http: httpx.AsyncClient, server: dict[str, Any], subject: str, audience: str = "idp"
+) -> httpx.Response:
+    return await http.post(
+        "/token",
+        data={
+            "grant_type": TOKEN_EXCHANGE, "subject_token": subject,
+            "subject_token_type": ACCESS, "requested_token_type": ACCESS, "audience": audience,
+        },
+        auth=(server["client_id"], server["client_secret"]),
+    )  # fmt: skip
+
+
+def rows(app: Starlette) -> list[UpstreamToken]:
+    with app.state.mcpauth.db.read() as session:
+        return list(session.exec(select(UpstreamToken)).all())
+
+
+async def test_the_tokens_are_sealed_and_exchanged_for_the_caller(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    subject = await signed_in(http, client_id, idp)
+    (row,) = rows(app)
+    assert "upstream-access-token" not in row.sealed
+    assert "upstream-refresh" not in row.sealed
+    key = app.state.mcpauth.upstream_token_key
+    opened = upstream_tokens.unseal(key, row.user_id, row.provider_id, row.sealed)
+    assert opened is not None
+    assert opened.access_token == "upstream-access-token"
+    # the row cannot be moved to another person, nor opened with another key
+    assert upstream_tokens.unseal(key, "someone-else", row.provider_id, row.sealed) is None
+    assert upstream_tokens.unseal(b"k" * 32, row.user_id, row.provider_id, row.sealed) is None
+    response = await exchange(http, mcp_server, subject)
+    assert response.status_code == 200, response.text
+    assert response.json()["access_token"] == "upstream-access-token"
+    assert response.json()["issued_token_type"] == ACCESS
+    assert response.json()["token_type"] == "Bearer"
+
+
+async def test_an_expired_token_is_refreshed_and_a_refused_refresh_deletes_it(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    clock: Clock,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    subject = await signed_in(http, client_id, idp)
+    clock.now += 290  # within the refresh margin of the 300-second upstream token
+    refreshed = await exchange(http, mcp_server, subject)
+    assert refreshed.status_code == 200, refreshed.text
+    assert refreshed.json()["access_token"] == "upstream-access-2"
+    assert idp.token_requests[-1]["grant_type"] == "refresh_token"
+    assert (await exchange(http, mcp_server, subject)).json()["access_token"] == "upstream-access-2"
+    idp.refresh_tokens.clear()  # the person revoked mcpauth at the provider
+    clock.now += 290
+    refused = await exchange(http, mcp_server, subject)
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_grant"
+    assert rows(app) == []
+
+
+async def test_only_listed_resources_and_providers_that_keep_tokens_get_them(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    subject = await signed_in(http, client_id, idp)
+    other = await exchange(http, mcp_server, subject, audience="other")  # keeps no tokens
+    assert other.json()["error"] == "invalid_target"
+    outsider = admin.add_client(app.state.mcpauth, name="bot", grant_types=["client_credentials"])
+    not_allowed = await exchange(http, outsider, subject)
+    assert not_allowed.json()["error"] == "unauthorized_client"
+
+
+async def test_revoking_the_application_or_removing_the_account_deletes_them(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    subject = await signed_in(http, client_id, idp)
+    assert len(rows(app)) == 1
+    action, revoke = await revoke_form(http, await http.get("/account"))
+    done = await http.post(action, data=revoke.fields)
+    assert done.status_code == 303, done.text
+    assert rows(app) == []
+    again = await exchange(http, mcp_server, subject)
+    assert again.status_code == 400  # the subject token died with its grant
+    # a second sign-in (another browser) keeps new tokens; removing the account deletes them
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=str(http.base_url)) as browser:
+        await signed_in(browser, client_id, idp)
+    (row,) = rows(app)
+    ctx = app.state.mcpauth
+    username = next(u["username"] for u in admin.list_users(ctx) if u["id"] == row.user_id)
+    admin.remove_user(ctx, username)
+    assert rows(app) == []
+
+
+def test_release_to_needs_keep_tokens() -> None:
+    from mcpauth.server.config import UpstreamProvider
+
+    with pytest.raises(ValueError, match="keep_tokens"):
+        UpstreamProvider(
+            id="x", name="X", issuer="https://x.example", client_id="c", release_to=[RESOURCE]
+        )
