@@ -125,7 +125,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         made.append(DPoPResource(f"{base}/mcp", issuer))
         return made[0].app()
 
-    with serve(factory=factory):  # type: ignore[arg-type]
+    with serve(factory=factory):
         resource = made[0]
         for args in (
             ["users", "add", USER, "--password-stdin"],
