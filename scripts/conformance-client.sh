@@ -19,8 +19,6 @@ cd "$ROOT"
 CONFORMANCE_VERSION="0.1.16"
 NEXT_VERSION="0.2.0-alpha.12"
 REQUIREMENTS="2026-07-28"
-# auth scenarios of the newest release that need what is not built yet: sender-constrained
-# tokens (DPoP, RFC 9449) and workload identity federation. Each is still run and reported.
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 RESULTS="${RESULTS:-$ROOT/results/conformance-client}"
 SUITES=("$@")

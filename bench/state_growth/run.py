@@ -555,11 +555,13 @@ def database_for(engine: str, pg: PostgresServer, workdir: Path) -> str:
 
 
 @contextmanager
-def configs(pg: PostgresServer, sizes: tuple[int, ...]) -> Iterator[list[Config]]:
+def configs(
+    pg: PostgresServer, sizes: tuple[int, ...], engines: tuple[str, ...] = ("SQLite", "PostgreSQL")
+) -> Iterator[list[Config]]:
     """A filled database and a running server for each engine and size."""
     with ExitStack() as stack:
         made = []
-        for engine in ("SQLite", "PostgreSQL"):
+        for engine in engines:
             for rows in sizes:
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcpauth-")))
                 database = database_for(engine, pg, workdir)
@@ -586,6 +588,11 @@ def main() -> int:
         help="also prune from a process of its own (a cron job, another replica)",
     )
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument(
+        "--engines",
+        default="SQLite,PostgreSQL",
+        help="comma-separated: which engines to measure (default both)",
+    )
     args = parser.parse_args()
     common.require_tools("wrk", "taskset")
     began, load_before = time.monotonic(), os.getloadavg()[0]
@@ -594,7 +601,8 @@ def main() -> int:
     try:
         _migrate_template(pg)
         pgbench.pin(pg.process.pid)
-        with configs(pg, (SMALL, args.rows)) as all_configs:
+        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+        with configs(pg, (SMALL, args.rows), engines) as all_configs:
             for index in range(args.rounds):
                 order = all_configs if index % 2 == 0 else all_configs[::-1]
                 for config in order:

@@ -80,9 +80,11 @@ class OAuth(httpx.Auth, httpx2.Auth):
             (:class:`MemoryStorage` by default; :class:`FileStorage` survives restarts).
         redirect_handler: takes the user to the authorization endpoint and back
             (a :class:`LoopbackRedirectHandler` on an ephemeral port by default).
-        grant: :class:`AuthorizationCodeGrant` (default), :class:`ClientCredentialsGrant` or
-            :class:`JWTBearerGrant`, each with the scopes to ask for.
-        policy: refresh margin, retries, server choice and clock.
+        grant: :class:`AuthorizationCodeGrant` (default), :class:`ClientCredentialsGrant`,
+            :class:`JWTBearerGrant` or :class:`WorkloadIdentityGrant`, each with the scopes to
+            ask for.
+        policy: refresh margin, retries, server choice, clock and DPoP (sender-constrained
+            tokens, on whenever a server offers them).
 
     The storage keeps one registration per authorization server, and the tokens belong to it:
     when ``storage`` already holds one for the server (``FileStorage()`` after ``mcpauth login``,

@@ -1,4 +1,5 @@
-"""``WWW-Authenticate`` parsing for Bearer challenges (RFC 6750 §3, RFC 9728 §5.1)."""
+"""``WWW-Authenticate`` parsing for Bearer challenges (RFC 6750 §3, RFC 9728 §5.1) and DPoP
+challenges (RFC 9449 §7.1: the same parameters, plus ``algs``)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ _SCHEME = re.compile(rf"\s*,?\s*({_TOKEN})(?:\s+|$)")
 
 @dataclass(frozen=True)
 class BearerChallenge:
-    """The parameters of a ``Bearer`` challenge."""
+    """The parameters of a ``Bearer`` challenge, or of a ``DPoP`` one (``scheme``), which
+    carries the same ``error``, ``scope`` and ``resource_metadata``."""
 
     params: dict[str, str] = field(default_factory=dict)
+    scheme: str = "bearer"
 
     @property
     def error(self) -> str | None:
@@ -35,6 +38,11 @@ class BearerChallenge:
     @property
     def resource_metadata(self) -> str | None:
         return self.params.get("resource_metadata") or None
+
+    @property
+    def algs(self) -> list[str]:
+        """A DPoP challenge's ``algs``: the proof algorithms the resource accepts."""
+        return self.params.get("algs", "").split()
 
 
 def _unquote(value: str) -> str:
@@ -63,10 +71,26 @@ def _parse_one(header: str) -> list[tuple[str, dict[str, str]]]:
     return challenges
 
 
-def parse_bearer_challenge(headers: Iterable[str]) -> BearerChallenge | None:
-    """The first ``Bearer`` challenge among ``WWW-Authenticate`` header values, if any."""
-    for header in headers:
-        for scheme, params in _parse_one(header):
-            if scheme == "bearer":
-                return BearerChallenge(params)
-    return None
+def parse_challenges(headers: Iterable[str]) -> list[BearerChallenge]:
+    """Every ``Bearer`` and ``DPoP`` challenge among ``WWW-Authenticate`` values, in order."""
+    return [
+        BearerChallenge(params, scheme)
+        for header in headers
+        for scheme, params in _parse_one(header)
+        if scheme in ("bearer", "dpop")
+    ]
+
+
+def parse_bearer_challenge(headers: Iterable[str], *, dpop: bool = False) -> BearerChallenge | None:
+    """The challenge to act on: the first of the scheme the request used (``dpop``: it carried
+    a DPoP-bound token; a resource puts the error in that scheme's challenge), else the first
+    of the other scheme (a resource that accepts only DPoP sends only a DPoP challenge)."""
+    found = parse_challenges(headers)
+    first = "dpop" if dpop else "bearer"
+    return next((c for c in found if c.scheme == first), found[0] if found else None)
+
+
+def offered_dpop_algs(headers: Iterable[str]) -> list[str] | None:
+    """The ``algs`` of the resource's DPoP challenge (``[]`` when it names none); ``None``
+    when it sends no DPoP challenge."""
+    return next((c.algs for c in parse_challenges(headers) if c.scheme == "dpop"), None)

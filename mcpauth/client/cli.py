@@ -3,9 +3,12 @@
 Progress goes to stderr; ``token`` prints only the access token on stdout. With ``--dpop`` the
 tokens are bound to a DPoP key kept in the store (RFC 9449), and ``token --dpop`` prints the two
 header lines one request needs instead, ``Authorization: DPoP ...`` and ``DPoP: <proof>`` for
-``--method`` and ``--url`` (a proof is good for one request: call it again for the next), so a
-script does ``curl -H "$(mcpauth token URL --dpop | sed -n 1p)" -H "$(... | sed -n 2p)"`` or
-reads the lines into an array. Exit codes:
+``--method`` and ``--url`` (and ``--nonce``, the resource's ``DPoP-Nonce`` when it asked for
+one); a proof is good for one request: call it again for the next. A script reads the lines
+into an array: ``mapfile -t h < <(mcpauth token URL --dpop); curl -H "${h[0]}" -H "${h[1]}"``.
+A workload on a platform that issues it a token (``--workload-token-file``,
+``--workload-token-env``) gets its tokens with the jwt-bearer grant, without a secret. Exit
+codes:
 0 success, 1 the token endpoint or server refused, 3 login required, 4 authorization failed or
 was denied, 5 discovery or registration failed, 6 network error.
 """
@@ -35,10 +38,21 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         help="environment variable holding the client secret (never pass secrets as arguments)",
     )
     parser.add_argument("--client-metadata-url", metavar="URL", help="a CIMD client ID URL")
-    parser.add_argument(
+    grants = parser.add_mutually_exclusive_group()
+    grants.add_argument(
         "--client-credentials",
         action="store_true",
         help="machine to machine: use the client_credentials grant (needs --client-id and secret)",
+    )
+    grants.add_argument(
+        "--workload-token-file",
+        metavar="FILE",
+        help="workload identity: the platform's token in FILE is the jwt-bearer assertion",
+    )
+    grants.add_argument(
+        "--workload-token-env",
+        metavar="VAR",
+        help="workload identity: the platform's token in environment variable VAR",
     )
     parser.add_argument(
         "--dpop",
@@ -65,6 +79,7 @@ def add_client_parsers(subparsers: Any) -> None:
     token.add_argument("--login", action="store_true", help="sign in if there is no usable token")
     token.add_argument("--method", default="POST", help="with --dpop: the request's method")
     token.add_argument("--url", dest="request_url", help="with --dpop: the request's URL")
+    token.add_argument("--nonce", help="with --dpop: the nonce the server sent in DPoP-Nonce")
     token.set_defaults(handler=cmd_token, scope=[], no_browser=False, port=0, timeout=300.0)
 
     logout = subparsers.add_parser("logout", help="forget the tokens stored for an MCP server")
@@ -83,15 +98,20 @@ def _oauth(args: argparse.Namespace) -> Any:
         OAuth,
         Policy,
         Registration,
+        WorkloadIdentityGrant,
     )
 
     secret = os.environ.get(args.client_secret_env) if args.client_secret_env else None
     credentials = None if args.client_id is None else ClientCredentials(args.client_id, secret)
-    grant = (
-        ClientCredentialsGrant(scopes=args.scope)
-        if args.client_credentials
-        else AuthorizationCodeGrant(scopes=args.scope)
-    )
+    grant: Any = AuthorizationCodeGrant(scopes=args.scope)
+    if args.client_credentials:
+        grant = ClientCredentialsGrant(scopes=args.scope)
+    elif args.workload_token_file or args.workload_token_env:
+        grant = WorkloadIdentityGrant(
+            token_file=args.workload_token_file,
+            token_env=args.workload_token_env,
+            scopes=args.scope,
+        )
     handler = LoopbackRedirectHandler(
         port=args.port, open_browser=not args.no_browser, timeout=args.timeout
     )
@@ -151,8 +171,15 @@ def cmd_token(args: argparse.Namespace) -> int:
         )
         return EXIT_REFUSED
     url = args.request_url or args.url
+    try:
+        proof = key.proof(
+            args.method.upper(), url, access_token=tokens.access_token, nonce=args.nonce
+        )
+    except ValueError:
+        print(f"mcpauth: {url!r} is not an http(s) URL", file=sys.stderr)
+        return EXIT_REFUSED
     print(f"Authorization: DPoP {tokens.access_token}")
-    print(f"DPoP: {key.proof(args.method.upper(), url, access_token=tokens.access_token)}")
+    print(f"DPoP: {proof}")
     return code
 
 

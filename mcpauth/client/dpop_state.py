@@ -1,6 +1,7 @@
 """What the client flow keeps for DPoP while it runs (RFC 9449): the key of the current
-authorization server, the newest ``DPoP-Nonce`` of each server, the proof that goes with a
-token request (retried once with the server's nonce) and with each request to the MCP server."""
+authorization server, the newest ``DPoP-Nonce`` of each server, the algorithms the resource's
+DPoP challenge offered, the proof that goes with a token request (retried once with the
+server's nonce) and with each request to the MCP server."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse
+from mcpauth.client.challenge import offered_dpop_algs, parse_challenges
 from mcpauth.client.errors import TokenRequestFailed
-from mcpauth.client.proofs import DPoPKey, choose_algorithm
+from mcpauth.client.proofs import ALGORITHMS, DPoPKey, choose_algorithm
 from mcpauth.uris import origin
 
 
@@ -18,6 +20,21 @@ class DPoPState:
         self.key: DPoPKey | None = None
         self.issuer: str | None = None  # the authorization server ``key`` belongs to
         self._nonces: dict[str, str] = {}  # by origin
+        self.resource_algs: list[str] | None = None  # the resource's DPoP challenge's algs
+
+    def note_challenges(self, response: HTTPResponse) -> None:
+        """Remember what a resource's refusal offers: a ``DPoP`` challenge means it takes
+        DPoP-bound tokens, even when its authorization server's metadata does not say so."""
+        if response.status_code in (401, 403):
+            algs = offered_dpop_algs(response.challenges)
+            if algs is not None:
+                self.resource_algs = [a for a in algs if a in ALGORITHMS] if algs else ["ES256"]
+
+    def offered(self, as_algs: list[str] | None) -> list[str] | None:
+        """The algorithms to choose from: the authorization server's
+        ``dpop_signing_alg_values_supported``, or, when its metadata has none, those of the
+        resource's DPoP challenge."""
+        return as_algs if as_algs is not None else self.resource_algs
 
     def key_for(
         self,
@@ -28,7 +45,8 @@ class DPoPState:
     ) -> Generator[Any, Any, DPoPKey | None]:
         """The key to bind ``issuer``'s tokens with, from ``store`` (the storage's
         ``get_dpop_key``/``set_dpop_key``, when it has them) or new; None when DPoP is off or
-        not offered.
+        not offered. A stored key of another algorithm the server still offers is kept, so
+        refresh tokens bound to it stay usable.
 
         Raises:
             TokenRequestFailed: ``mode`` is ``required`` and the server does not offer DPoP.
@@ -38,10 +56,11 @@ class DPoPState:
             if mode == "required":
                 raise TokenRequestFailed("invalid_request", f"{issuer} does not offer DPoP")
             return None
-        if self.key is not None and self.issuer == issuer:
+        accepted = offered or []
+        if self.key is not None and self.issuer == issuer and self.key.alg in accepted:
             return self.key
         key = (yield from store("get_dpop_key", issuer)) if store is not None else None
-        if not isinstance(key, DPoPKey) or key.alg != alg:
+        if not isinstance(key, DPoPKey) or key.alg not in accepted:
             key = DPoPKey.generate(alg)
             if store is not None:
                 yield from store("set_dpop_key", issuer, key)
@@ -89,7 +108,11 @@ class DPoPState:
 
 
 def asks_for_nonce(response: HTTPResponse) -> bool:
-    """A resource's 401 that asks for its DPoP nonce (RFC 9449 §9)."""
-    if not response.headers.get("dpop-nonce"):
+    """A resource's 401 that asks for its DPoP nonce (RFC 9449 §9): a ``DPoP`` challenge with
+    ``error="use_dpop_nonce"`` and the nonce in ``DPoP-Nonce``."""
+    if response.status_code != 401 or not response.headers.get("dpop-nonce"):
         return False
-    return any("use_dpop_nonce" in challenge for challenge in response.challenges)
+    return any(
+        c.scheme == "dpop" and c.error == "use_dpop_nonce"
+        for c in parse_challenges(response.challenges)
+    )

@@ -128,15 +128,12 @@ class OAuthFlow:
         self.dpop.remember_nonce(self.server_url, response)
         nonce_retried = False
         for _ in range(self.config.policy.max_attempts):
-            challenge = parse_bearer_challenge(response.challenges)
-            if (
-                response.status_code == 401
-                and used is not None
-                and used.bound
-                and not nonce_retried
-                and asks_for_nonce(response)
-            ):
-                # RFC 9449 §9: the resource wants its nonce in the proof; once per request
+            bound = used is not None and used.bound
+            challenge = parse_bearer_challenge(response.challenges, dpop=bound)
+            self.dpop.note_challenges(response)
+            if bound and asks_for_nonce(response):
+                if nonce_retried:
+                    return  # RFC 9449 §9: the nonce retry is made once per request
                 nonce_retried = True
                 response = yield self._resend(used)
                 self.dpop.remember_nonce(self.server_url, response)
@@ -178,6 +175,7 @@ class OAuthFlow:
             raise LoginRequired(f"not logged in to {self.server_url}; run `mcpauth login` first")
         yield Lock()
         response = yield _probe(self.server_url)
+        self.dpop.note_challenges(response)
         challenge = parse_bearer_challenge(response.challenges)
         return (yield from self.authorize(challenge))
 
@@ -211,11 +209,8 @@ class OAuthFlow:
 
     def _refresh(self, discovery: Discovery, client: ClientCredentials, tokens: TokenSet) -> Flow:
         form = refresh_form(tokens.refresh_token or "", resource=discovery.resource)
-        response, dpop = yield from self._token_call(discovery, client, form)
         try:
-            fresh = parse_token_response(
-                response, now=self._now(), requested_scope=tokens.scope, dpop=dpop
-            )
+            fresh = yield from self._token_call(discovery, client, form, tokens.scope)
         except TokenRequestFailed:
             yield from self._drop_tokens()
             return None
@@ -306,7 +301,7 @@ class OAuthFlow:
         scope: str | None,
         redirect_uri: str | None = None,
     ) -> Flow:
-        metadata, now, grant = discovery.metadata, self._now, self.config.grant
+        metadata, grant = discovery.metadata, self.config.grant
         if isinstance(grant, WorkloadIdentityGrant):
             try:
                 platform_token = grant.read()
@@ -340,30 +335,40 @@ class OAuthFlow:
                 verifier=pending.pkce.verifier,
                 resource=pending.resource,
             )
-        response, dpop = yield from self._token_call(discovery, client, form)
-        return parse_token_response(response, now=now(), requested_scope=scope, dpop=dpop)
+        return (yield from self._token_call(discovery, client, form, scope))
 
     # -- DPoP --------------------------------------------------------------------------------
 
     def _token_call(
-        self, discovery: Discovery, client: ClientCredentials, form: dict[str, str]
+        self,
+        discovery: Discovery,
+        client: ClientCredentials,
+        form: dict[str, str],
+        scope: str | None,
     ) -> Flow:
-        """A token request with a DPoP proof when the server offers DPoP (see
-        :meth:`DPoPState.token_call`); the response and whether a proof went."""
+        """The tokens of a token request, sent with a DPoP proof when DPoP is offered (see
+        :meth:`DPoPState.token_call`).
+
+        Raises:
+            TokenRequestFailed: refused, or unbound tokens while the policy requires DPoP.
+        """
         key = yield from self._dpop_key(discovery)
 
         def build() -> HTTPRequest:
             return token_request(discovery.metadata, client, form, now=self._now())
 
-        return (yield from self.dpop.token_call(build, key))
+        response, dpop = yield from self.dpop.token_call(build, key)
+        tokens = parse_token_response(response, now=self._now(), requested_scope=scope, dpop=dpop)
+        if self.config.policy.dpop == "required" and not tokens.bound:
+            raise TokenRequestFailed("invalid_response", "the token is not DPoP-bound")
+        return tokens
 
     def _dpop_key(self, discovery: Discovery) -> Flow:
         """The key to bind this server's tokens with (see :meth:`DPoPState.key_for`)."""
-        metadata = discovery.metadata
         return (
             yield from self.dpop.key_for(
                 discovery.issuer,
-                metadata.dpop_signing_alg_values_supported,
+                self.dpop.offered(discovery.metadata.dpop_signing_alg_values_supported),
                 self.config.policy.dpop,
                 self._store if hasattr(self.storage, "set_dpop_key") else None,
             )
@@ -422,6 +427,8 @@ class OAuthFlow:
                 self.dpop.key, self.dpop.issuer = stored, discovery.issuer
             else:
                 self.tokens = None  # bound to a key this storage did not keep: useless
+        elif self.tokens is not None and self.config.policy.dpop == "required":
+            self.tokens = None  # Bearer tokens of an earlier run: not what is asked for now
         if self.tokens and self.tokens.scope:
             self.requested = list(dict.fromkeys([*self.requested, *self.tokens.scope.split()]))
 

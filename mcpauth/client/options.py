@@ -6,10 +6,12 @@ A grant says how a token is obtained and which scopes to ask for:
 - :class:`ClientCredentialsGrant`: a program acts for itself (OAuth 2.1 §4.2; needs
   pre-registered :class:`~mcpauth.client.ClientCredentials`);
 - :class:`JWTBearerGrant`: enterprise-managed authorization, trading the user's assertion from the
-  company's identity provider for an ID-JAG (RFC 7523 §2.1; needs credentials too).
+  company's identity provider for an ID-JAG (RFC 7523 §2.1; needs credentials too);
+- :class:`WorkloadIdentityGrant`: a workload presents its platform's token (RFC 7523 §2.1,
+  workload identity federation; no secret).
 
 :class:`Policy` holds the few choices around any grant: when to refresh, how often to retry a
-request, which authorization server to use when a resource lists several, and the clock.
+request, which authorization server to use when a resource lists several, the clock, and DPoP.
 """
 
 from __future__ import annotations

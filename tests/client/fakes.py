@@ -3,6 +3,13 @@
 One Starlette app on one origin: protected resource metadata, RFC 8414 metadata, /authorize that
 redirects straight back (no UI), /token (authorization_code, refresh_token, client_credentials),
 /register, and /mcp that checks bearer tokens and scopes. Everything it saw is recorded.
+
+DPoP (RFC 9449) when asked for: ``dpop_algs`` puts ``dpop_signing_alg_values_supported`` in
+the metadata (unless ``dpop_in_metadata`` is false), the token endpoint checks any proof with
+:func:`mcpauth.dpop.check_proof` and binds what it issues to the proof's key (refresh tokens
+too), ``as_nonce`` and ``rs_nonce`` make the token endpoint and /mcp demand a nonce,
+``rs_dpop_algs`` adds a ``DPoP`` challenge to /mcp's refusals; /mcp takes a bound token only as
+``DPoP`` with a proof of its key.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcpauth.dpop import DPoPProof, check_proof
+from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
+
 BASE = "http://127.0.0.1:8000"
 
 
@@ -33,6 +43,7 @@ class Issued:
     scopes: set[str]
     expires_at: float
     client_id: str
+    jkt: str | None = None  # the DPoP key it is bound to
 
 
 @dataclass
@@ -58,6 +69,13 @@ class FakeServers:
     tokens: dict[str, Issued] = field(default_factory=dict)
     refresh_tokens: dict[str, Issued] = field(default_factory=dict)
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
+    dpop_algs: list[str] | None = None
+    dpop_in_metadata: bool = True  # False: DPoP works but the metadata does not say so
+    as_nonce: str | None = None
+    rs_nonce: str | None = None
+    rs_dpop_algs: str | None = None
+    token_proofs: list[DPoPProof | None] = field(default_factory=list)
+    resource_proofs: list[DPoPProof] = field(default_factory=list)
     _counter: Iterator[int] = field(default_factory=itertools.count)
 
     def clock(self) -> float:
@@ -82,44 +100,104 @@ class FakeServers:
             doc["scopes_supported"] = self.as_scopes
         if self.iss_in_redirect:
             doc["authorization_response_iss_parameter_supported"] = True
+        if self.dpop_algs is not None and self.dpop_in_metadata:
+            doc["dpop_signing_alg_values_supported"] = self.dpop_algs
         return doc
 
-    def challenge(self, status: int, error: str, scope: str | None) -> Response:
-        params = [f'error="{error}"']
-        if scope:
-            params.append(f'scope="{scope}"')
+    def challenge(
+        self, status: int, error: str, scope: str | None, *, dpop: bool = False
+    ) -> Response:
+        """A refusal with a Bearer challenge, and a DPoP one when ``rs_dpop_algs`` is set or
+        ``dpop`` (the request used DPoP: the error then goes in the DPoP challenge only)."""
+        err = [f'error="{error}"']
+        params = [f'scope="{scope}"'] if scope else []
         params.append(f'resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"')
-        headers = {"www-authenticate": "Bearer " + ", ".join(params)}
-        return JSONResponse({"error": error}, status, headers=headers)
+        response = JSONResponse({"error": error}, status)
+        bearer = params if dpop else err + params
+        response.headers.append("www-authenticate", "Bearer " + ", ".join(bearer))
+        if self.rs_dpop_algs is not None or dpop:
+            algs = [f'algs="{self.rs_dpop_algs or "ES256"}"']
+            value = "DPoP " + ", ".join(algs + (err if dpop else []) + params)
+            response.headers.append("www-authenticate", value)
+        return response
 
-    def check_bearer(self, authorization: str | None) -> Response | None:
+    def check_bearer(
+        self, authorization: str | None, dpop: list[str] | None = None
+    ) -> Response | None:
         """``None`` when the request may pass, else the 401/403 to send."""
         self.resource_requests.append(authorization)
-        token = (authorization or "").removeprefix("Bearer ")
+        scheme, _, token = (authorization or "").partition(" ")
         issued = self.tokens.get(token)
         if issued is None or issued.expires_at <= self.now:
             return self.challenge(401, "invalid_token", self.challenge_scope)
+        if (scheme.lower() == "dpop") != (issued.jkt is not None) or scheme.lower() not in (
+            "bearer",
+            "dpop",
+        ):
+            return self.challenge(401, "invalid_token", None, dpop=True)
+        if issued.jkt is not None:
+            try:
+                proof = check_proof(
+                    dpop or [],
+                    method="POST",
+                    url=self.resource,
+                    access_token=token,
+                    jkt=issued.jkt,
+                    nonce=self.rs_nonce,
+                )
+            except UseDPoPNonce:
+                refusal = self.challenge(401, "use_dpop_nonce", None, dpop=True)
+                refusal.headers["dpop-nonce"] = self.rs_nonce or ""
+                return refusal
+            except InvalidDPoPProof:
+                return self.challenge(401, "invalid_dpop_proof", None, dpop=True)
+            self.resource_proofs.append(proof)
         if not self.required_scopes <= issued.scopes:
-            return self.challenge(403, "insufficient_scope", " ".join(sorted(self.required_scopes)))
+            scope = " ".join(sorted(self.required_scopes))
+            return self.challenge(403, "insufficient_scope", scope, dpop=issued.jkt is not None)
         return None
 
-    def issue(self, client_id: str, scope: str | None) -> dict[str, Any]:
+    def issue(self, client_id: str, scope: str | None, jkt: str | None = None) -> dict[str, Any]:
         n = next(self._counter)
         scopes = set((scope or "").split())
         access = f"access-{n}"
-        self.tokens[access] = Issued(scopes, self.now + self.expires_in, client_id)
+        self.tokens[access] = Issued(scopes, self.now + self.expires_in, client_id, jkt)
         body: dict[str, Any] = {
             "access_token": access,
-            "token_type": "Bearer",
+            "token_type": "Bearer" if jkt is None else "DPoP",
             "expires_in": self.expires_in,
         }
         if scope:
             body["scope"] = scope
         if self.issue_refresh:
             refresh = f"refresh-{n}"
-            self.refresh_tokens[refresh] = Issued(scopes, self.now + 86400, client_id)
+            self.refresh_tokens[refresh] = Issued(scopes, self.now + 86400, client_id, jkt)
             body["refresh_token"] = refresh
         return body
+
+    def token_proof(self, request: Request) -> DPoPProof | Response | None:
+        """The token request's checked DPoP proof, ``None`` without one, or the refusal."""
+        values = request.headers.getlist("dpop")
+        if self.dpop_algs is None or not values:
+            self.token_proofs.append(None)
+            return None
+        try:
+            proof = check_proof(
+                values,
+                method="POST",
+                url=f"{self.base}/token",
+                nonce=self.as_nonce,
+                algorithms=self.dpop_algs,
+            )
+        except UseDPoPNonce:
+            self.token_proofs.append(None)
+            headers = {"dpop-nonce": self.as_nonce or ""}
+            return JSONResponse({"error": "use_dpop_nonce"}, 400, headers=headers)
+        except InvalidDPoPProof:
+            self.token_proofs.append(None)
+            return JSONResponse({"error": "invalid_dpop_proof"}, 400)
+        self.token_proofs.append(proof)
+        return proof
 
     # -- endpoints --------------------------------------------------------------------------
 
@@ -151,18 +229,26 @@ class FakeServers:
         )
         client_id = form.get("client_id") or _basic_user(request.headers.get("authorization"))
         grant = form.get("grant_type")
+        proof = self.token_proof(request)
+        if isinstance(proof, Response):
+            return proof
+        jkt = proof.jkt if proof is not None else None
         if grant == "authorization_code":
             pending = self.codes.pop(form.get("code", ""), None)
             if pending is None or _s256(form.get("code_verifier", "")) != pending["code_challenge"]:
                 return JSONResponse({"error": "invalid_grant"}, 400)
-            return JSONResponse(self.issue(client_id, pending.get("scope")))
+            return JSONResponse(self.issue(client_id, pending.get("scope"), jkt))
         if grant == "refresh_token":
-            old = self.refresh_tokens.pop(form.get("refresh_token", ""), None)  # rotation
+            old = self.refresh_tokens.get(form.get("refresh_token", ""))
             if old is None:
                 return JSONResponse({"error": "invalid_grant"}, 400)
-            return JSONResponse(self.issue(old.client_id, " ".join(sorted(old.scopes)) or None))
+            if old.jkt is not None and old.jkt != jkt:  # RFC 9449 §5: bound to the key
+                return JSONResponse({"error": "invalid_dpop_proof"}, 400)
+            del self.refresh_tokens[form.get("refresh_token", "")]  # rotation
+            scope = " ".join(sorted(old.scopes)) or None
+            return JSONResponse(self.issue(old.client_id, scope, jkt))
         if grant in ("client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"):
-            return JSONResponse(self.issue(client_id, form.get("scope")))
+            return JSONResponse(self.issue(client_id, form.get("scope"), jkt))
         return JSONResponse({"error": "unsupported_grant_type"}, 400)
 
     async def register(self, request: Request) -> Response:
@@ -172,7 +258,9 @@ class FakeServers:
         return JSONResponse(info, 201)
 
     async def mcp(self, request: Request) -> Response:
-        refusal = self.check_bearer(request.headers.get("authorization"))
+        refusal = self.check_bearer(
+            request.headers.get("authorization"), request.headers.getlist("dpop")
+        )
         return refusal or JSONResponse({"ok": True})
 
     def app(self, mcp_app: ASGIApp | None = None) -> Starlette:
@@ -205,7 +293,8 @@ class _Guarded:
         if scope["type"] == "http" and scope["path"].startswith("/mcp"):
             headers = dict(scope["headers"])
             auth = headers.get(b"authorization")
-            refusal = self.fake.check_bearer(auth.decode() if auth else None)
+            proofs = [v.decode() for k, v in scope["headers"] if k == b"dpop"]
+            refusal = self.fake.check_bearer(auth.decode() if auth else None, proofs)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return

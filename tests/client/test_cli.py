@@ -14,7 +14,13 @@ import httpx
 import pytest
 
 from mcpauth.client import callback as callback_module
-from mcpauth.client.cli import EXIT_DISCOVERY_FAILED, EXIT_LOGIN_REQUIRED, add_client_parsers
+from mcpauth.client.cli import (
+    EXIT_DISCOVERY_FAILED,
+    EXIT_LOGIN_REQUIRED,
+    EXIT_REFUSED,
+    add_client_parsers,
+)
+from mcpauth.dpop import check_proof
 from tests.client.fakes import FakeServers, serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +110,77 @@ def test_client_credentials_from_the_command_line(
     assert run("token", served.resource, *args) == 0
     assert capsys.readouterr().out.strip() in served.tokens
     assert served.token_requests[0]["grant_type"] == "client_credentials"
+
+
+def machine(store: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("SVC_SECRET", "s3cret")
+    return ["--store", store, "--client-id", "svc", "--client-secret-env", "SVC_SECRET"]
+
+
+def test_token_dpop_prints_the_header_lines_of_one_request(
+    served: FakeServers,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    served.dpop_algs = ["ES256"]
+    args = [*machine(str(tmp_path / "c.json"), monkeypatch), "--client-credentials", "--dpop"]
+    other = f"{served.base}/other/path"
+    assert run("token", served.resource, *args, "--method", "get", "--url", other,
+               "--nonce", "rs-nonce") == 0  # fmt: skip
+    authorization, proof = capsys.readouterr().out.splitlines()
+    scheme, token = authorization.removeprefix("Authorization: ").split(" ")
+    assert scheme == "DPoP"
+    issued = served.tokens[token]
+    assert issued.jkt is not None
+    checked = check_proof(
+        [proof.removeprefix("DPoP: ")],
+        method="GET",
+        url=other,
+        access_token=token,
+        nonce="rs-nonce",
+        jkt=issued.jkt,
+    )
+    assert checked.jkt == issued.jkt
+    # the defaults are a POST to the server's URL: the fake takes the two lines as they are
+    assert run("token", served.resource, *args) == 0
+    headers = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert httpx.post(served.resource, json=ping, headers=headers).status_code == 200
+    assert len(served.token_requests) == 1  # the stored bound token, its key from the store
+    # a bound token is never printed alone
+    assert run("token", served.resource, *args[:-1]) == EXIT_REFUSED
+    assert capsys.readouterr().out == ""
+
+
+def test_token_dpop_refuses_a_server_without_dpop(
+    served: FakeServers,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [*machine(str(tmp_path / "c.json"), monkeypatch), "--client-credentials", "--dpop"]
+    assert run("token", served.resource, *args) == EXIT_REFUSED
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "does not offer DPoP" in captured.err
+    assert served.token_requests == []
+
+
+def test_a_workload_token_file_is_the_assertion(
+    served: FakeServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("platform-issued.jwt\n")
+    store = str(tmp_path / "c.json")
+    assert run("token", served.resource, "--store", store, "--workload-token-file",
+               str(token_file)) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() in served.tokens
+    (request,) = served.token_requests
+    assert request["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    assert request["assertion"] == "platform-issued.jwt"
+    assert request["authorization"] == ""  # no client secret anywhere
+    assert "client_id" not in request  # the platform token names the workload
 
 
 CLI = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from mcpauth.client import (
     CallableRedirectHandler,
     ClientCredentialsGrant,
     JWTBearerGrant,
+    WorkloadIdentityGrant,
     conformance,
 )
 
@@ -60,6 +60,21 @@ def test_cross_app_access_uses_the_jwt_bearer_grant() -> None:
     assert config.grant.identity.subject_token == "t"
 
 
+def test_workload_identity_presents_the_platform_token_and_no_secret() -> None:
+    context = {
+        "client_id": "conformance-wif-workload",
+        "valid_jwt": "platform.jwt.token",
+        "wrong_audience_jwt": "other",
+        "expired_jwt": "old",
+    }
+    config = conformance.build_auth(URL, "auth/wif-jwt-bearer", context).flow.config
+    assert isinstance(config.grant, WorkloadIdentityGrant)
+    assert config.grant.read() == "platform.jwt.token"
+    assert config.credentials is not None
+    assert config.credentials.client_id == "conformance-wif-workload"
+    assert config.credentials.client_secret is None
+
+
 def test_without_a_url_the_driver_prints_usage() -> None:
     assert conformance.main([]) == 2
 
@@ -80,8 +95,17 @@ def test_the_official_client_suites_pass(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    summaries = sorted(tmp_path.glob("*.txt"))
-    assert (
-        len(summaries) == 7
-    )  # five released suites, the newest release's auth suite and 2026-07-28 set
-    assert json.dumps([p.name for p in summaries])
+    # five released suites, the newest release's auth suite and its 2026-07-28 set
+    summaries = sorted(p.name for p in tmp_path.glob("*.txt"))
+    assert summaries == [
+        "auth.txt",
+        "backcompat.txt",
+        "draft.txt",
+        "extensions.txt",
+        "metadata.txt",
+        "next-auth.txt",
+        "next-requirements.txt",
+    ]
+    requirements = (tmp_path / "next-requirements.txt").read_text()
+    for scenario in ("auth/dpop", "auth/dpop-nonce", "auth/wif-jwt-bearer"):
+        assert f"✓ {scenario}:" in requirements

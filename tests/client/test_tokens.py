@@ -122,7 +122,7 @@ def test_cl14_step_up_stops_after_three_attempts(fake: FakeServers, driver: Driv
     fake.required_scopes = {"admin"}
     original = fake.issue
     # the user never grants "admin"
-    fake.issue = lambda client_id, scope: original(client_id, "basic")  # type: ignore[method-assign]
+    fake.issue = lambda client_id, scope, jkt=None: original(client_id, "basic", jkt)  # type: ignore[method-assign]
     before = len(fake.authorize_requests)
     driver.run(f.request_flow())
     assert len(fake.authorize_requests) - before == 3
@@ -135,8 +135,8 @@ def test_cl14_no_step_up_when_the_token_already_has_the_challenged_scopes(
     f = flow(fake)
     original = fake.check_bearer
 
-    def always_forbidden(authorization: str | None) -> object:
-        refusal = original(authorization)
+    def always_forbidden(authorization: str | None, dpop: list[str] | None = None) -> object:
+        refusal = original(authorization, dpop)
         return refusal or fake.challenge(403, "insufficient_scope", "admin")
 
     fake.check_bearer = always_forbidden  # type: ignore[assignment, method-assign]
