@@ -14,14 +14,10 @@ as an SDK server using mcpauth's verifier would; the SDK's backend calls it on e
 
 from __future__ import annotations
 
-import argparse
-import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from pydantic import AnyHttpUrl
@@ -31,7 +27,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
-from bench.middleware.apps import authorization_server
+from bench.middleware.apps import authorization_server, serve_role
 from mcpauth.middleware import ForSDK, JWTVerifier, ProtectedResourceMiddleware, metadata_url
 
 ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{}}'
@@ -75,22 +71,15 @@ def with_sdk(issuer: str, resource: str) -> Any:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["as", "bare", "mcpauth", "sdk"])
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--issuer", required=True)
-    parser.add_argument("--resource")
-    parser.add_argument("--key-file")
-    args = parser.parse_args(argv)
-    apps: dict[str, Callable[[], Any]] = {
-        "as": lambda: authorization_server(args.issuer, args.key_file),
-        "bare": lambda: trivial,
-        "mcpauth": lambda: with_mcpauth(args.issuer, args.resource),
-        "sdk": lambda: with_sdk(args.issuer, args.resource),
-    }
-    app = apps[args.role]()
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    uvicorn.Server(config).run(sockets=[socket.socket(fileno=args.fd)])
+    serve_role(
+        {
+            "as": lambda args: authorization_server(args.issuer, args.key_file),
+            "bare": lambda args: trivial,
+            "mcpauth": lambda args: with_mcpauth(args.issuer, args.resource),
+            "sdk": lambda args: with_sdk(args.issuer, args.resource),
+        },
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -89,23 +89,31 @@ def with_fastmcp(issuer: str, resource: str) -> Any:
     )
 
 
-def main(argv: list[str]) -> None:
+def serve_role(apps: dict[str, Callable[[argparse.Namespace], Any]], argv: list[str]) -> None:
+    """Parse ``ROLE --fd N --issuer URL [--resource URL] [--key-file PEM]`` and serve
+    ``apps[ROLE](args)`` with uvicorn on the inherited socket ``N``."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["as", "plain", "mcpauth", "fastmcp"])
+    parser.add_argument("role", choices=sorted(apps))
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--issuer", required=True)
     parser.add_argument("--resource")
     parser.add_argument("--key-file")
     args = parser.parse_args(argv)
-    apps: dict[str, Callable[[], Any]] = {
-        "as": lambda: authorization_server(args.issuer, args.key_file),
-        "plain": mcp_app,
-        "mcpauth": lambda: with_mcpauth(args.issuer, args.resource),
-        "fastmcp": lambda: with_fastmcp(args.issuer, args.resource),
-    }
-    app = apps[args.role]()
+    app = apps[args.role](args)
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
     uvicorn.Server(config).run(sockets=[socket.socket(fileno=args.fd)])
+
+
+def main(argv: list[str]) -> None:
+    serve_role(
+        {
+            "as": lambda args: authorization_server(args.issuer, args.key_file),
+            "plain": lambda args: mcp_app(),
+            "mcpauth": lambda args: with_mcpauth(args.issuer, args.resource),
+            "fastmcp": lambda args: with_fastmcp(args.issuer, args.resource),
+        },
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def machine(server: AuthServer, *resources: str) -> dict[str, str]:
     return {"client_id": client["client_id"], "client_secret": client["client_secret"]}
 
 
-async def identity_through(url: str, auth: OAuth) -> str:
+async def identity_through(url: str, auth: httpx2.Auth) -> str:
     async with (
         httpx2.AsyncClient(auth=auth, timeout=30) as http,
         streamable_http_client(url, http_client=http) as (read, write),

@@ -16,30 +16,19 @@ import httpx
 import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextContent
 
 from mcpauth import jwt
 from mcpauth.dpop import make_proof
 
+from ..test_stdio_limits import INITIALIZE
+from ..test_stdio_limits import MCP_HEADERS as ACCEPT
 from .conftest import Process
+from .test_dpop_end_to_end import identity_through
 from .test_sdk_end_to_end import mint
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 NONCE_ENV = "MCPAUTH_E2E_DPOP_NONCE_KEY"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "e2e", "version": "1"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 class DPoPAuth(httpx2.Auth):
@@ -77,17 +66,6 @@ class DPoPAuth(httpx2.Auth):
             response = yield request
             self.statuses.append((response.status_code, ""))
             self.nonce = response.headers.get("dpop-nonce", self.nonce)
-
-
-async def identity_through(url: str, auth: DPoPAuth) -> str:
-    async with (
-        httpx2.AsyncClient(auth=auth, timeout=30) as http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        result = await session.call_tool("identity", {})
-    return "".join(part.text for part in result.content if isinstance(part, TextContent))
 
 
 async def test_required_dpop_with_nonces_across_two_proxy_replicas(
