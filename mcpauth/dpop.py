@@ -141,7 +141,7 @@ def _segment(value: str) -> bytes:
     return decoded
 
 
-def _json_object(segment: str) -> dict[str, Any]:
+def _json_header(segment: str) -> dict[str, Any]:
     value = json.loads(_segment(segment))
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
@@ -166,7 +166,7 @@ def _verified_claims(
     try:
         if len(parts) != 3:
             raise ValueError("not three segments")
-        header = _json_object(parts[0])
+        header = _json_header(parts[0])
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidDPoPProof("The DPoP proof is not a JWT") from exc
     if header.get("typ") != PROOF_TYPE:
@@ -178,16 +178,18 @@ def _verified_claims(
         raise InvalidDPoPProof("The DPoP proof's header asks for extensions this server lacks")
     key, thumbprint = _public_key(header, alg)
     try:
-        signature = _segment(parts[2])
+        payload, signature = _segment(parts[1]), _segment(parts[2])
     except ValueError as exc:
         raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
-    signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")
+    signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")  # both segments are base64url
     if not key.Algorithm.verify(signing_input, key.key, signature):
         raise InvalidDPoPProof("The DPoP proof's signature does not verify")
     try:
-        claims = _json_object(parts[1])
+        claims = json.loads(payload)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
+    if not isinstance(claims, dict):
+        raise InvalidDPoPProof("The DPoP proof cannot be read")
     return claims, thumbprint
 
 
