@@ -12,7 +12,7 @@ import httpx
 
 from mcpauth import jwt
 from mcpauth.caching import ExpiringCache, wall_clock
-from mcpauth.errors import InvalidGrant
+from mcpauth.errors import InvalidGrant, OAuthError
 
 CACHE_SECONDS = 300
 REFETCH_INTERVAL = 60
@@ -68,3 +68,36 @@ class IdentityProviders:
                 raise InvalidGrant("The identity provider's keys cannot be loaded") from exc
             self._cache.put(issuer, keys)
             return keys
+
+    def verify(
+        self,
+        assertion: str,
+        issuer: str,
+        *,
+        typ: tuple[str, ...] | None,
+        required: tuple[str, ...],
+        what: str,
+    ) -> dict[str, Any]:
+        """The claims of ``assertion`` signed by ``issuer``'s keys (fetched again once, at most
+        once a minute, when its ``kid`` is unknown: the issuer may have rotated); ``aud`` is
+        left to the caller. ``what`` names the assertion in the errors.
+
+        Raises:
+            InvalidGrant: an unknown key after the refetch, or any other check failed.
+        """
+        for attempt in (False, True):
+            try:
+                return jwt.verify(
+                    assertion,
+                    self.keys(issuer, refresh=attempt),
+                    issuer=issuer,
+                    audience=None,
+                    typ=typ,
+                    required=required,
+                )
+            except jwt.UnknownKeyError:
+                if attempt:
+                    raise InvalidGrant(f"{what} is signed with an unknown key") from None
+            except OAuthError as exc:
+                raise InvalidGrant(f"{what} is invalid: {exc.description}") from exc
+        raise InvalidGrant(f"{what} is invalid")  # pragma: no cover - the loop returns

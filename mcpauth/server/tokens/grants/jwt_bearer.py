@@ -14,7 +14,6 @@ from mcpauth.errors import (
     InvalidGrant,
     InvalidRequest,
     InvalidTarget,
-    OAuthError,
     UnauthorizedClient,
 )
 from mcpauth.oauth import JWT_BEARER
@@ -47,22 +46,9 @@ def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
         raise InvalidGrant("The assertion is malformed") from exc
     if not isinstance(issuer, str) or not idps.is_trusted(issuer):
         raise InvalidGrant("The assertion's issuer is not a trusted identity provider")
-    for attempt in (False, True):
-        try:
-            return jwt.verify(
-                assertion,
-                idps.keys(issuer, refresh=attempt),
-                issuer=issuer,
-                audience=None,
-                typ=(ID_JAG_TYPE,),
-                required=REQUIRED,
-            )
-        except jwt.UnknownKeyError:
-            if attempt:
-                raise InvalidGrant("The assertion is signed with an unknown key") from None
-        except OAuthError as exc:
-            raise InvalidGrant(f"The assertion is invalid: {exc.description}") from exc
-    raise InvalidGrant("The assertion is invalid")  # pragma: no cover - loop always returns
+    return idps.verify(
+        assertion, issuer, typ=(ID_JAG_TYPE,), required=REQUIRED, what="The assertion"
+    )
 
 
 def _check_claims(
