@@ -27,7 +27,7 @@ from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.config import UpstreamProvider, load_settings
 from mcpauth.server.identity import user_apis
-from mcpauth.server.identity.upstream import ProfileError
+from mcpauth.server.identity.upstream import ProfileError, ProviderMetadata, UpstreamProviders
 from mcpauth.server.storage.models import UpstreamIdentity, UpstreamToken, User
 
 from ..conftest import ISSUER
@@ -519,3 +519,32 @@ async def test_kept_github_app_tokens_are_refreshed_at_the_configured_token_endp
         assert gone.json()["error"] == "invalid_grant"
     with ctx.db.read() as session:
         assert list(session.execute(select(UpstreamToken)).scalars()) == []
+
+
+def test_authorization_params_join_what_mcpauth_sends() -> None:
+    """Google's pair for a refresh token (access_type=offline, prompt=consent) on an OpenID
+    provider: the authorization's own prompt=login is sent beside the configured prompt."""
+    google = UpstreamProvider(
+        id="google", name="Google", issuer="https://accounts.google.com", client_id="c",
+        authorization_params={"access_type": "offline", "prompt": "consent"},
+    )  # fmt: skip
+    providers = UpstreamProviders([google], key=b"k" * 32, timeout=5)
+    provider = providers.get("google")
+    assert provider is not None
+    metadata = ProviderMetadata(
+        issuer="https://accounts.google.com",
+        authorization_endpoint="https://accounts.google.com/o/oauth2/v2/auth",
+        token_endpoint="https://oauth2.googleapis.com/token",
+        jwks_uri="https://www.googleapis.com/oauth2/v3/certs",
+        algorithms=("RS256",),
+        iss_parameter_supported=True,
+    )
+    redirect = f"{ISSUER}/upstream/google/callback"
+    for prompt, sent in ((None, "consent"), ("login", "login consent")):
+        url = providers.authorization_url(
+            provider, metadata, redirect_uri=redirect, state="s", prompt=prompt
+        )
+        params = query(url)
+        assert (params["prompt"], params["access_type"]) == (sent, "offline")
+        assert params["nonce"] == providers.nonce("s")
+        assert params["state"] == "s"
