@@ -79,14 +79,17 @@ class StandIn:
     api_down: bool = False
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)  # access token -> login
-    refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> login
+    # refresh token -> (login, the access token issued with it)
+    refresh_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
     authorization_requests: list[dict[str, str]] = field(default_factory=list)
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     api_requests: list[str] = field(default_factory=list)
     users: dict[str, dict[str, Any]] = field(default_factory=lambda: copy.deepcopy(USERS))
 
     def issue(self, login: str) -> dict[str, Any]:
-        access = f"gho_{secrets.token_urlsafe(27)}"
+        """A token response: an OAuth app's token that does not expire (gho_), or a GitHub
+        App's eight-hour user token (ghu_) with a six-month refresh token (ghr_)."""
+        access = f"{'ghu' if self.expiring else 'gho'}_{secrets.token_urlsafe(27)}"
         self.tokens[access] = login
         answer: dict[str, Any] = {
             "access_token": access,
@@ -95,7 +98,7 @@ class StandIn:
         }
         if self.expiring:
             refresh = f"ghr_{secrets.token_urlsafe(54)}"
-            self.refresh_tokens[refresh] = login
+            self.refresh_tokens[refresh] = (login, access)
             answer.update(
                 expires_in=self.expires_in, refresh_token=refresh, refresh_token_expires_in=15897600
             )
@@ -162,9 +165,11 @@ def app(standin: StandIn) -> Starlette:
         ):
             return _error(request, "incorrect_client_credentials", INCORRECT_CLIENT)
         if form.get("grant_type") == "refresh_token":
-            login = standin.refresh_tokens.pop(form.get("refresh_token", ""), None)
-            if login is None:
+            spent = standin.refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if spent is None:
                 return _error(request, "bad_refresh_token", BAD_REFRESH)
+            login, old_access = spent  # a used refresh token ends its access token too
+            standin.tokens.pop(old_access, None)
             return _answer(request, standin.issue(login))
         issued = standin.codes.pop(form.get("code", ""), None)
         if issued is None:

@@ -508,6 +508,9 @@ async def test_kept_github_app_tokens_are_refreshed_at_the_configured_token_endp
         refreshed = await exchange()
         assert refreshed.status_code == 200, refreshed.text
         assert refreshed.json()["access_token"] != first.json()["access_token"]
+        assert refreshed.json()["access_token"].startswith("ghu_")
+        assert refreshed.json()["access_token"] in standin.tokens  # the API takes it
+        assert first.json()["access_token"] not in standin.tokens  # GitHub ended the old one
         sent = standin.token_requests[-1]
         assert sent["grant_type"] == "refresh_token"
         assert sent["client_id"] == CLIENT_ID
