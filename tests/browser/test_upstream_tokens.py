@@ -1,12 +1,12 @@
 """Upstream tokens kept for downstream APIs, end to end (docs/security.md T37): a real `mcpauth
 serve` with a real node-oidc-provider (tests/e2e/node/upstream_provider.mjs) configured with
 ``keep_tokens``, ``offline_access`` and ``authorization_params = { prompt = "consent" }`` (as
-Google's ``access_type``/``prompt`` pair), people signing in through it in headless Chromium.
-The provider's access tokens live 20 seconds, inside mcpauth's refresh margin, so every token
-exchange refreshes at the provider's token endpoint (no waiting for a clock). The tokens are in no byte of the database
-file; the provider's own userinfo endpoint accepts what the exchange hands out; a refresh token
-the provider has revoked deletes what was kept; revoking the application on ``/account`` and
-removing the account each delete the kept tokens (issue #14, done-when 4)."""
+Google's ``access_type``/``prompt`` pair), people signing in through it in headless Chromium. The
+provider's access tokens live 20 seconds, inside mcpauth's refresh margin, so every token exchange
+refreshes at the provider's token endpoint (no waiting for a clock). The tokens are in no byte of
+the database file; the provider's own userinfo endpoint accepts what the exchange hands out; a
+refresh token the provider has revoked deletes what was kept; revoking the application on
+``/account`` and removing the account each delete the kept tokens (issue #14, done-when 4)."""
 
 from __future__ import annotations
 

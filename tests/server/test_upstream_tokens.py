@@ -17,11 +17,14 @@ import pytest
 from sqlmodel import select
 from starlette.applications import Starlette
 
+from mcpauth.errors import OAuthError
+from mcpauth.middleware.exchange import NoCaller, TokenExchanger
 from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server import admin
 from mcpauth.server.storage import upstream_tokens
 from mcpauth.server.storage.models import UpstreamToken
 
+from ..conftest import ISSUER
 from ..oauth import follow, forms, pkce_pair, query
 from .conftest import RESOURCE
 from .test_account import revoke_form
@@ -164,6 +167,42 @@ async def test_only_listed_resources_and_providers_that_keep_tokens_get_them(
     outsider = admin.add_client(app.state.mcpauth, name="bot", grant_types=["client_credentials"])
     not_allowed = await exchange(http, outsider, subject)
     assert not_allowed.json()["error"] == "unauthorized_client"
+
+
+async def test_the_middleware_s_exchanger_gets_the_caller_s_upstream_token_in_one_call(
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    """``TokenExchanger.upstream_token``: audience = the provider's id, cached per caller and
+    provider, the authorization server's refusal raised with its error."""
+    subject = await signed_in(http, client_id, idp)
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    counted = httpx.AsyncClient(
+        transport=http._transport, base_url=ISSUER, event_hooks={"request": [count]}
+    )
+    exchanger = TokenExchanger(
+        issuer=ISSUER,
+        client_id=mcp_server["client_id"],
+        client_secret=mcp_server["client_secret"],
+        token_endpoint=f"{ISSUER}/token",
+        http=counted,
+    )
+    first = await exchanger.upstream_token("idp", subject_token=subject)
+    assert first == "upstream-access-token"
+    again = await exchanger.upstream_token("idp", subject_token=subject)
+    assert again == first
+    assert sent == ["/token"]  # the second answer came from the cache
+    with pytest.raises(OAuthError) as refused:
+        await exchanger.upstream_token("other", subject_token=subject)  # keeps no tokens
+    assert refused.value.error == "invalid_target"
+    with pytest.raises(NoCaller):
+        await exchanger.upstream_token("idp")  # outside a request: no caller
 
 
 async def test_revoking_the_application_or_removing_the_account_deletes_them(
