@@ -1,12 +1,17 @@
-"""An MCP server whose tool calls another protected MCP server as its caller: the caller's token
-stays here (it is for this server only); `TokenExchanger` swaps it at the authorization server
-(RFC 8693) for a token for the other server, and the official MCP SDK client calls it.
+"""An MCP server whose tools call other APIs as their caller, never with the caller's token
+(it is for this server only): `TokenExchanger` swaps it at the authorization server (RFC 8693)
+for a token for another protected MCP server, which the official MCP SDK client calls, and,
+with --provider, for the caller's own token at the identity provider they signed in with, to
+call that provider's API as them.
 
     python examples/gateway_server.py --port 8001 --issuer http://127.0.0.1:9000 \
-        --downstream http://127.0.0.1:8000/mcp --credentials /tmp/gateway.json
+        --downstream http://127.0.0.1:8000/mcp --credentials /tmp/gateway.json \
+        [--provider corp --provider-api https://login.example.com/userinfo]
 
 (--credentials: this server's own client id and secret, with the right to exchange, as
-examples/embedded_auth_server.py --gateway wrote them)."""
+examples/embedded_auth_server.py --gateway or `mcpauth clients add --grant-type
+urn:ietf:params:oauth:grant-type:token-exchange` wrote them; --provider: the id of an
+`[[mcpauth.upstream]]` provider with `keep_tokens = true` and this server in `release_to`)."""
 
 from __future__ import annotations
 
@@ -25,7 +30,13 @@ from mcpauth.middleware import ProtectedResourceMiddleware, TokenExchanger
 
 
 def build(
-    resource: str, issuer: str, downstream: str, client_id: str, client_secret: str
+    resource: str,
+    issuer: str,
+    downstream: str,
+    client_id: str,
+    client_secret: str,
+    provider: str | None = None,
+    provider_api: str | None = None,
 ) -> ProtectedResourceMiddleware:
     mcp = MCPServer("gateway")
     exchanger = TokenExchanger(issuer=issuer, client_id=client_id, client_secret=client_secret)
@@ -44,6 +55,17 @@ def build(
             result = await session.call_tool("list_notes", {})
         return "".join(part.text for part in result.content if isinstance(part, TextContent))
 
+    if provider and provider_api:
+
+        @mcp.tool()
+        async def my_profile() -> str:
+            """What the identity provider's API says about the caller, asked as the caller."""
+            token = await exchanger.upstream_token(provider)  # the caller's token there
+            async with httpx2.AsyncClient(timeout=30) as http:
+                answer = await http.get(provider_api, headers={"Authorization": f"Bearer {token}"})
+            answer.raise_for_status()
+            return answer.text
+
     return ProtectedResourceMiddleware(
         mcp.streamable_http_app(),
         resource=resource,
@@ -60,11 +82,19 @@ def main() -> None:
     parser.add_argument("--issuer", default="http://127.0.0.1:9000")
     parser.add_argument("--downstream", default="http://127.0.0.1:8000/mcp")
     parser.add_argument("--credentials", type=Path, required=True)
+    parser.add_argument("--provider", help="an upstream identity provider's id at the issuer")
+    parser.add_argument("--provider-api", help="a URL of its API to call as the caller")
     args = parser.parse_args()
     stored = json.loads(args.credentials.read_text())
     resource = f"http://127.0.0.1:{args.port}/mcp"
     app = build(
-        resource, args.issuer, args.downstream, stored["client_id"], stored["client_secret"]
+        resource,
+        args.issuer,
+        args.downstream,
+        stored["client_id"],
+        stored["client_secret"],
+        args.provider,
+        args.provider_api,
     )
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

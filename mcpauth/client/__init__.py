@@ -27,6 +27,7 @@ from mcpauth.client.callback import (  # noqa: E402
     RedirectHandler,
 )
 from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge  # noqa: E402
+from mcpauth.client.compatibility import ServerCompatibility  # noqa: E402
 from mcpauth.client.credentials import ClientCredentials  # noqa: E402
 from mcpauth.client.discovery import Discovery, ServerSelector  # noqa: E402
 from mcpauth.client.enterprise import IdentityAssertion  # noqa: E402
@@ -87,6 +88,7 @@ __all__ = [
     "Registration",
     "RegistrationError",
     "ResourceMismatch",
+    "ServerCompatibility",
     "ServerSelector",
     "TokenKey",
     "TokenRequestFailed",

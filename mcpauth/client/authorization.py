@@ -23,7 +23,7 @@ class PendingAuthorization:
     state: str
     pkce: PKCE
     redirect_uri: str
-    resource: str
+    resource: str | None  # None: the server takes no RFC 8707 resource (ServerCompatibility)
     issuer: str
     iss_supported: bool
     scope: str | None
@@ -60,16 +60,19 @@ def build_authorization(
     issuer: str,
     client_id: str,
     redirect_uri: str,
-    resource: str,
+    resource: str | None,
     scope: str | None,
+    pkce_confirmed: bool = False,
 ) -> PendingAuthorization:
-    """The authorization URL and the values to check its response against.
+    """The authorization URL and the values to check its response against (``resource`` None
+    leaves it out; ``pkce_confirmed`` takes S256 as supported without the metadata saying so).
 
     Raises:
         PKCENotSupported: the server does not confirm S256.
         UnsafeURL: the authorization endpoint is not http(s) (CL-24).
     """
-    require_s256(metadata)
+    if not pkce_confirmed:
+        require_s256(metadata)
     endpoint = check_url(metadata.authorization_endpoint or "", "authorization endpoint")
     pkce, state = PKCE.generate(), new_state()
     params = {
@@ -79,8 +82,9 @@ def build_authorization(
         "state": state,
         "code_challenge": pkce.challenge,
         "code_challenge_method": pkce.method,
-        "resource": resource,  # RFC 8707 §2, MCP: always sent
     }
+    if resource is not None:
+        params["resource"] = resource  # RFC 8707 §2, MCP: always sent, unless told otherwise
     if scope:
         params["scope"] = scope
     parts = urlsplit(endpoint)

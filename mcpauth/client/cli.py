@@ -59,6 +59,29 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="bind the tokens to a DPoP key kept in the store (RFC 9449)",
     )
+    compat = parser.add_argument_group(
+        "authorization servers that depart from MCP (docs/upstream-providers.md)"
+    )
+    compat.add_argument(
+        "--entra-id",
+        metavar="APP_ID_URI",
+        help="Microsoft Entra ID v2.0: no resource, scopes as APP_ID_URI/<scope>, S256 assumed",
+    )
+    compat.add_argument("--no-resource", action="store_true", help="send no RFC 8707 resource")
+    compat.add_argument("--resource", metavar="URI", help="send URI as resource instead")
+    compat.add_argument(
+        "--map-scope",
+        action="append",
+        default=[],
+        metavar="MCP=SERVER",
+        help="ask the server for SERVER where the MCP server names MCP (repeat)",
+    )
+    compat.add_argument("--scope-prefix", default="", help="put before every non-OpenID scope")
+    compat.add_argument(
+        "--assume-pkce-s256",
+        action="store_true",
+        help="use PKCE S256 though the server's metadata does not list it",
+    )
 
 
 def add_client_parsers(subparsers: Any) -> None:
@@ -122,8 +145,29 @@ def _oauth(args: argparse.Namespace) -> Any:
         storage=FileStorage(args.store),
         redirect_handler=handler,
         grant=grant,
-        policy=Policy(dpop="required" if args.dpop else "off"),
+        policy=Policy(dpop="required" if args.dpop else "off", compatibility=_compatibility(args)),
     )
+
+
+def _compatibility(args: argparse.Namespace) -> Any:
+    from mcpauth.client.compatibility import ServerCompatibility
+
+    if args.entra_id:
+        return ServerCompatibility.entra_id(args.entra_id)
+    pairs = [item.partition("=") for item in args.map_scope]
+    bad = [name for name, sep, _ in pairs if not sep or not name]
+    if bad:
+        raise SystemExit(f"mcpauth: --map-scope takes MCP=SERVER, got {bad[0]!r}")
+    try:
+        return ServerCompatibility(
+            send_resource=not args.no_resource,
+            resource=args.resource,
+            scope_map={name: value for name, _, value in pairs},
+            scope_prefix=args.scope_prefix,
+            assume_pkce_s256=args.assume_pkce_s256,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"mcpauth: {exc}") from exc
 
 
 def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any, Any]:

@@ -19,7 +19,7 @@ token without one. Nothing here opens a socket, a file or a browser.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mcpauth.client._http import MCP_PROTOCOL_VERSION, HTTPRequest, HTTPResponse
@@ -319,13 +319,15 @@ class OAuthFlow:
         elif not isinstance(grant, AuthorizationCodeGrant):
             form = client_credentials_form(resource=discovery.resource, scope=scope)
         else:
+            compatible = self.config.policy.compatibility
             pending = build_authorization(
                 metadata,
                 issuer=discovery.issuer,
                 client_id=client.client_id,
                 redirect_uri=redirect_uri or "",
-                resource=discovery.resource,
-                scope=scope,
+                resource=compatible.resource_for(discovery.resource),
+                scope=compatible.scope_out(scope),
+                pkce_confirmed=compatible.assume_pkce_s256,
             )
             callback: str = yield Authorize(pending.url)
             code = parse_callback(pending, callback)
@@ -333,7 +335,7 @@ class OAuthFlow:
                 code,
                 redirect_uri=pending.redirect_uri,
                 verifier=pending.pkce.verifier,
-                resource=pending.resource,
+                resource=discovery.resource,  # adapted as in the request: see _token_call
             )
         return (yield from self._token_call(discovery, client, form, scope))
 
@@ -353,12 +355,15 @@ class OAuthFlow:
             TokenRequestFailed: refused, or unbound tokens while the policy requires DPoP.
         """
         key = yield from self._dpop_key(discovery)
+        compatible = self.config.policy.compatibility
+        form = compatible.token_form(form)
 
         def build() -> HTTPRequest:
             return token_request(discovery.metadata, client, form, now=self._now())
 
         response, dpop = yield from self.dpop.token_call(build, key)
         tokens = parse_token_response(response, now=self._now(), requested_scope=scope, dpop=dpop)
+        tokens = replace(tokens, scope=compatible.scope_in(tokens.scope))
         if self.config.policy.dpop == "required" and not tokens.bound:
             raise TokenRequestFailed("invalid_response", "the token is not DPoP-bound")
         return tokens

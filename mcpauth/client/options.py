@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from mcpauth.client.compatibility import ServerCompatibility
 from mcpauth.client.discovery import ServerSelector, first_server
 from mcpauth.client.enterprise import IdentityAssertion
 
@@ -132,6 +133,9 @@ class Policy:
     ``dpop``: ``"auto"`` binds tokens to a DPoP key (RFC 9449) whenever the authorization
     server offers it (``dpop_signing_alg_values_supported``), ``"required"`` refuses a server
     that does not, ``"off"`` never does.
+    ``compatibility``: how to send ``resource`` and scopes to an authorization server that
+    departs from MCP (:class:`~mcpauth.client.compatibility.ServerCompatibility`, e.g.
+    ``ServerCompatibility.entra_id(...)``); the default sends them as MCP asks.
     """
 
     refresh_margin: float = 60.0
@@ -139,6 +143,7 @@ class Policy:
     select_server: ServerSelector = field(default=first_server)
     clock: Callable[[], float] = field(default=time.time)
     dpop: Literal["auto", "required", "off"] = "auto"
+    compatibility: ServerCompatibility = field(default_factory=ServerCompatibility)
 
     def __post_init__(self) -> None:
         if self.refresh_margin < 0:

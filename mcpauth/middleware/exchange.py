@@ -1,14 +1,15 @@
-"""Tokens for the APIs behind an MCP server, for the current caller: RFC 8693 token exchange
-at the authorization server, so a tool never forwards the caller's token (MCP RS-17).
+"""Tokens for the APIs behind an MCP server, for the current caller: RFC 8693 token exchange at the
+authorization server, so a tool never forwards the caller's token (MCP RS-17).
 
-``await exchanger.token_for("https://other.example/mcp")`` inside a tool (or any code running
-in a request the middleware let through) exchanges the caller's token, which the middleware
-keeps out of the application's sight, for a token for that resource; the answer is cached per
-caller, resource and scope until shortly before it expires (bounded in memory). The exchanger
-authenticates as the MCP server's own confidential client, registered with the token-exchange
-grant and the rights to exchange (``mcpauth clients add --grant-type
-urn:ietf:params:oauth:grant-type:token-exchange --exchange-from THIS_URL --exchange-to URL``).
-"""
+``await exchanger.token_for("https://other.example/mcp")`` inside a tool (or any code running in a
+request the middleware let through) exchanges the caller's token, which the middleware keeps out of
+the application's sight, for a token for that resource; ``await exchanger.upstream_token("corp")``
+for the caller's own token at the identity provider they signed in with (``audience`` = the
+provider's id), to call its API as them. Answers are cached per caller, target and scope until
+shortly before they expire (bounded in memory). The exchanger authenticates as the MCP server's own
+confidential client, registered with the token-exchange grant and the rights to exchange (``mcpauth
+clients add --grant-type urn:ietf:params:oauth:grant-type:token-exchange --exchange-from THIS_URL
+--exchange-to URL``)."""
 
 from __future__ import annotations
 
@@ -77,32 +78,56 @@ class TokenExchanger(AsyncClosing):
             OAuthError: the authorization server refused (its error, e.g. ``invalid_target``).
             FetchError: the authorization server could not be reached.
         """
+        target = {"resource": resource}
+        if scope:
+            target["scope"] = scope
+        return await self._cached(target, subject_token)
+
+    async def upstream_token(self, provider: str, *, subject_token: str | None = None) -> str:
+        """The current caller's own access token at the identity provider ``provider`` (its
+        ``id`` in the authorization server's ``[[mcpauth.upstream]]``), to call that
+        provider's API as the caller. The provider must keep tokens and release them to this
+        MCP server (``keep_tokens``, ``release_to``); the authorization server refreshes it
+        when it has expired.
+
+        Raises:
+            NoCaller: no caller in this context and no ``subject_token``.
+            OAuthError: refused: ``invalid_target`` (not released to this server),
+                ``invalid_grant`` (nothing kept: the person must sign in through it again),
+                ``temporarily_unavailable`` (the provider is down).
+            FetchError: the authorization server could not be reached.
+        """
+        return await self._cached({"audience": provider}, subject_token)
+
+    async def _cached(self, target: dict[str, str], subject_token: str | None) -> str:
         subject = subject_token or identity.subject_token()
         if subject is None:
-            raise NoCaller("token_for() needs a request the middleware authenticated")
-        key = (hashlib.sha256(subject.encode()).digest(), resource, scope or "")
+            raise NoCaller("a token exchange needs a request the middleware authenticated")
+        key = (
+            hashlib.sha256(subject.encode()).digest(),
+            target.get("resource") or "upstream:" + target["audience"],
+            target.get("scope", ""),
+        )
         now = time.time()
         cached = self._cache.get(key)
         if cached is not None and cached[1] > now:
             self._cache.move_to_end(key)
             return cached[0]
-        token, expires_in = await self._exchange(subject, resource, scope)
+        token, expires_in = await self._exchange(subject, target)
         async with self._lock:
             self._cache[key] = (token, now + max(0, expires_in - MARGIN_SECONDS))
             while len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
         return token
 
-    async def _exchange(self, subject: str, resource: str, scope: str | None) -> tuple[str, int]:
+    async def _exchange(self, subject: str, target: dict[str, str]) -> tuple[str, int]:
         form = {
             "grant_type": TOKEN_EXCHANGE,
             "subject_token": subject,
             "subject_token_type": ACCESS_TOKEN_TYPE,
             "requested_token_type": ACCESS_TOKEN_TYPE,
-            "resource": resource,
+            **target,
         }
-        if scope:
-            form["scope"] = scope
         url = await self._endpoint()
         try:
             response = await self._http.get().post(

@@ -255,7 +255,7 @@ def rotate_keys(ctx: ServerContext) -> dict[str, Any]:
 
 
 def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, Any]]:
-    """The configured upstream OpenID providers (settings, never the database: their secrets
+    """The configured upstream providers (settings, never the database: their secrets
     stay in the environment or files), the redirect URI to register at each, whether its
     secret can be read and how many people have signed in through it; with ``check``, whether
     its OpenID configuration can be fetched now."""
@@ -278,6 +278,7 @@ def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, 
         row: dict[str, Any] = {
             "id": config.id,
             "name": config.name,
+            "kind": config.kind,
             "issuer": config.issuer,
             "client_id": config.client_id,
             "client_secret": source,
@@ -287,6 +288,15 @@ def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, 
             "allowed_email_domains": list(config.allowed_email_domains),
             "required_claims": {k: list(v) for k, v in config.required_claims.items()},
             "redirect_uri": ctx.endpoint_url(f"upstream/{config.id}/callback"),
+            **(
+                {}
+                if config.is_openid
+                else {
+                    "authorization_endpoint": config.authorization_endpoint,
+                    "token_endpoint": config.token_endpoint,
+                    "userinfo_endpoint": config.userinfo_endpoint,
+                }
+            ),
             "accounts": signed_in.get(config.id, 0),
         }
         if check:
@@ -298,6 +308,8 @@ def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, 
 def _reachable(ctx: ServerContext, provider: Any) -> str:
     from mcpauth.server.identity.upstream import UpstreamUnavailable
 
+    if not provider.config.is_openid:
+        return f"not checked: a {provider.config.kind} provider has no discovery document"
     try:
         asyncio.run(ctx.upstream.metadata(provider))
     except UpstreamUnavailable as exc:

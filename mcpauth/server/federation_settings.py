@@ -1,6 +1,7 @@
-"""The settings of federation: the upstream OpenID providers people sign in with
-(``[[mcpauth.upstream]]``) and the workload platforms whose tokens the jwt-bearer grant
-accepts (``[[mcpauth.workloads]]``); part of :class:`~mcpauth.server.config.Settings`."""
+"""The settings of federation: the upstream providers people sign in with
+(``[[mcpauth.upstream]]``: OpenID Connect, GitHub, or any other OAuth 2.0 provider) and the
+workload platforms whose tokens the jwt-bearer grant accepts (``[[mcpauth.workloads]]``); part
+of :class:`~mcpauth.server.config.Settings`."""
 
 from __future__ import annotations
 
@@ -10,20 +11,69 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.uris import URIError, canonical_resource, check_issuer
+from mcpauth.uris import (
+    MalformedURL,
+    URIError,
+    canonical_resource,
+    check_issuer,
+    is_loopback_host,
+    parse_url,
+)
 
 _PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+_FIELD_PATH = re.compile(r"^[A-Za-z0-9_:-]{1,64}(\.[A-Za-z0-9_:-]{1,64}){0,4}$")
+GITHUB = "https://github.com"
+GITHUB_API = "https://api.github.com"
+GITHUB_SCOPES = ("read:user", "user:email")
+CLAIM_FIELDS = {
+    "subject": "sub",
+    "email": "email",
+    "email_verified": "email_verified",
+    "name": "name",
+}
+# parameters of the authorization request that mcpauth itself sets (or must never be sent)
+RESERVED_PARAMETERS = frozenset(
+    {
+        "response_type", "client_id", "redirect_uri", "scope", "state", "nonce",
+        "code_challenge", "code_challenge_method", "request", "request_uri", "response_mode",
+    }
+)  # fmt: skip
+ProviderKind = Literal["oidc", "github", "oauth2"]
+
+
+def _endpoint_url(name: str, value: str) -> str:
+    """An endpoint mcpauth calls or sends browsers to: https (http on a loopback host only),
+    with a host, no fragment, no userinfo."""
+    try:
+        parts = parse_url(value)
+    except MalformedURL as exc:
+        raise ValueError(f"{name} is a {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} must be an absolute https URL")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ValueError(f"{name}: http is allowed only on a loopback host; use https")
+    if parts.fragment or "#" in value or parts.username is not None:
+        raise ValueError(f"{name} must have no fragment and no userinfo")
+    return value
 
 
 class UpstreamProvider(BaseModel):
-    """An OpenID Connect provider people sign in with (``[[mcpauth.upstream]]`` in TOML). Its
-    client secret is never a setting: only the name of the environment variable or the path of
-    the file that holds it."""
+    """A provider people sign in with (``[[mcpauth.upstream]]`` in TOML): an OpenID Connect
+    provider (``kind = "oidc"``), GitHub (``"github"``) or another plain OAuth 2.0 provider
+    whose user API says who signed in (``"oauth2"``). Its client secret is never a setting:
+    only the name of the environment variable or the path of the file that holds it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -31,9 +81,34 @@ class UpstreamProvider(BaseModel):
     """Short name in URLs: the redirect URI to register is `<issuer>/upstream/<id>/callback`."""
     name: str = Field(min_length=1, max_length=60)
     """The provider's name on its sign-in button ("Continue with" and this name)."""
+    kind: ProviderKind = "oidc"
+    """`oidc`: an OpenID Connect provider (discovery, ID token); `github`: GitHub or GitHub
+    Enterprise Server (the user from its user API, the verified primary email from its emails
+    API); `oauth2`: another OAuth 2.0 provider, its endpoints and `claim_mapping` configured."""
     issuer: str = Field(max_length=120)
-    """The provider's issuer URL (at most 120 characters); its OpenID configuration is read from
-    `<issuer>/.well-known/openid-configuration` and must name exactly this issuer."""
+    """The provider's issuer URL (at most 120 characters); accounts are keyed by it and the
+    provider's subject. `oidc`: its OpenID configuration is read from
+    `<issuer>/.well-known/openid-configuration` and must name exactly this issuer; `github`:
+    `https://github.com` by default, a GitHub Enterprise Server's own URL; `oauth2`: required,
+    the provider's issuer identifier if it has one (compared with RFC 9207 `iss`), never
+    fetched."""
+    authorization_endpoint: str | None = None
+    """`oauth2` (required) and `github` (derived from `issuer`): where browsers are sent."""
+    token_endpoint: str | None = None
+    """`oauth2` (required) and `github` (derived from `issuer`): where codes are redeemed and
+    kept tokens refreshed."""
+    userinfo_endpoint: str | None = None
+    """`oauth2` (required) and `github` (`https://api.github.com/user`, or
+    `<issuer>/api/v3/user`): the user API read with the access token; GitHub's emails are read
+    at this URL + `/emails`."""
+    claim_mapping: dict[str, str] = Field(default_factory=dict)
+    """`oauth2` only: which fields of the user API's answer are the `subject` (a stable id,
+    never an email), `email`, `email_verified` and `name` (dotted paths for nested fields);
+    by default `sub`, `email`, `email_verified` and `name`. Without `email_verified` an email
+    counts as unverified."""
+    authorization_params: dict[str, str] = Field(default_factory=dict)
+    """Extra parameters of the authorization request (Google's `access_type = "offline"`,
+    GitHub's `allow_signup = "false"`); those mcpauth sets itself are refused."""
     client_id: str = Field(min_length=1, max_length=255)
     """mcpauth's client id at the provider."""
     client_secret_env: str | None = None
@@ -46,7 +121,8 @@ class UpstreamProvider(BaseModel):
     """How mcpauth authenticates at the token endpoint; `client_secret_basic` when there is a
     secret, else `none` (PKCE only)."""
     scopes: tuple[str, ...] = ("openid", "email", "profile")
-    """The scopes asked for; `openid` is required."""
+    """The scopes asked for; `oidc`: `openid` is required; `github`: `read:user user:email`
+    by default; `oauth2`: none unless set."""
     allowed_email_domains: tuple[str, ...] = ()
     """When set, only people whose verified email (`email_verified` true) is in one of these
     domains may sign in."""
@@ -79,11 +155,55 @@ class UpstreamProvider(BaseModel):
         except ConfigurationError as exc:
             raise ValueError(str(exc)) from exc
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        """The defaults of a kind: GitHub's endpoints from its issuer, each kind's scopes."""
+        if not isinstance(data, dict) or data.get("kind") not in ("github", "oauth2"):
+            return data
+        data = dict(data)
+        if data["kind"] == "oauth2":
+            data.setdefault("scopes", ())
+            return data
+        data.setdefault("scopes", GITHUB_SCOPES)
+        issuer = data.setdefault("issuer", GITHUB)
+        if isinstance(issuer, str):
+            base = issuer.rstrip("/")
+            api = GITHUB_API if base == GITHUB else f"{base}/api/v3"
+            data.setdefault("authorization_endpoint", f"{base}/login/oauth/authorize")
+            data.setdefault("token_endpoint", f"{base}/login/oauth/access_token")
+            data.setdefault("userinfo_endpoint", f"{api}/user")
+        return data
+
+    @field_validator("authorization_endpoint", "token_endpoint", "userinfo_endpoint")
+    @classmethod
+    def _endpoints(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else _endpoint_url(str(info.field_name), value)
+
+    @field_validator("claim_mapping")
+    @classmethod
+    def _claim_mapping(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(CLAIM_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown claim {unknown[0]!r}: map {', '.join(CLAIM_FIELDS)}")
+        bad = [path for path in value.values() if not _FIELD_PATH.match(path)]
+        if bad:
+            raise ValueError(f"not a field name or dotted path: {bad[0]!r}")
+        return value
+
+    @field_validator("authorization_params")
+    @classmethod
+    def _authorization_params(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(set(value) & RESERVED_PARAMETERS)
+        if reserved:
+            raise ValueError(f"{reserved[0]} is set by mcpauth")
+        if len(value) > 10 or any(len(k) > 64 or len(v) > 200 for k, v in value.items()):
+            raise ValueError("at most 10 parameters, names of 64 and values of 200 characters")
+        return value
+
     @field_validator("scopes")
     @classmethod
     def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if "openid" not in value:
-            raise ValueError("must include openid")
         bad = [scope for scope in value if not _SCOPE_TOKEN.match(scope)]
         if bad:
             raise ValueError(f"not a scope: {bad[0]!r}")
@@ -114,6 +234,23 @@ class UpstreamProvider(BaseModel):
             raise ValueError(f"release_to: {exc}") from exc
 
     @model_validator(mode="after")
+    def _kind(self) -> UpstreamProvider:
+        endpoints = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint")
+        if self.kind == "oidc":
+            if "openid" not in self.scopes:
+                raise ValueError("scopes must include openid")
+            given = [name for name in endpoints if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{given[0]} is for kind oauth2: OpenID discovery gives it")
+        else:
+            missing = [name for name in endpoints if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"kind {self.kind} needs {missing[0]}")
+        if self.claim_mapping and self.kind != "oauth2":
+            raise ValueError("claim_mapping is for kind oauth2")
+        return self
+
+    @model_validator(mode="after")
     def _secret_source(self) -> UpstreamProvider:
         if self.client_secret_env and self.client_secret_file:
             raise ValueError("give client_secret_env or client_secret_file, not both")
@@ -131,11 +268,19 @@ class UpstreamProvider(BaseModel):
         """The token endpoint authentication method in effect."""
         if self.token_endpoint_auth_method is not None:
             return self.token_endpoint_auth_method
-        return (
-            "none"
-            if not (self.client_secret_env or self.client_secret_file)
-            else ("client_secret_basic")
-        )
+        if not (self.client_secret_env or self.client_secret_file):
+            return "none"
+        # GitHub documents the secret as a form parameter of its token request
+        return "client_secret_post" if self.kind == "github" else "client_secret_basic"
+
+    @property
+    def is_openid(self) -> bool:
+        """Whether sign-in proves who it is with an ID token (else with the user API)."""
+        return self.kind == "oidc"
+
+    def claim_field(self, claim: str) -> str:
+        """The user API's field (dotted path) holding ``claim`` (`oauth2`)."""
+        return self.claim_mapping.get(claim, CLAIM_FIELDS[claim])
 
     def client_secret(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The client secret from its environment variable or file (None: a public client).

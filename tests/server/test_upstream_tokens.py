@@ -12,15 +12,19 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
+import httpx2
 import pytest
 from sqlmodel import select
 from starlette.applications import Starlette
 
+from mcpauth.errors import OAuthError
+from mcpauth.middleware.exchange import NoCaller, TokenExchanger
 from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server import admin
 from mcpauth.server.storage import upstream_tokens
 from mcpauth.server.storage.models import UpstreamToken
 
+from ..conftest import ISSUER
 from ..oauth import follow, forms, pkce_pair, query
 from .conftest import RESOURCE
 from .test_account import revoke_form
@@ -165,6 +169,42 @@ async def test_only_listed_resources_and_providers_that_keep_tokens_get_them(
     assert not_allowed.json()["error"] == "unauthorized_client"
 
 
+async def test_the_middleware_s_exchanger_gets_the_caller_s_upstream_token_in_one_call(
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    """``TokenExchanger.upstream_token``: audience = the provider's id, cached per caller and
+    provider, the authorization server's refusal raised with its error."""
+    subject = await signed_in(http, client_id, idp)
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    counted = httpx.AsyncClient(
+        transport=http._transport, base_url=ISSUER, event_hooks={"request": [count]}
+    )
+    exchanger = TokenExchanger(
+        issuer=ISSUER,
+        client_id=mcp_server["client_id"],
+        client_secret=mcp_server["client_secret"],
+        token_endpoint=f"{ISSUER}/token",
+        http=counted,
+    )
+    first = await exchanger.upstream_token("idp", subject_token=subject)
+    assert first == "upstream-access-token"
+    again = await exchanger.upstream_token("idp", subject_token=subject)
+    assert again == first
+    assert sent == ["/token"]  # the second answer came from the cache
+    with pytest.raises(OAuthError) as refused:
+        await exchanger.upstream_token("other", subject_token=subject)  # keeps no tokens
+    assert refused.value.error == "invalid_target"
+    with pytest.raises(NoCaller):
+        await exchanger.upstream_token("idp")  # outside a request: no caller
+
+
 async def test_revoking_the_application_or_removing_the_account_deletes_them(
     app: Starlette,
     http: httpx.AsyncClient,
@@ -198,3 +238,70 @@ def test_release_to_needs_keep_tokens() -> None:
         UpstreamProvider(
             id="x", name="X", issuer="https://x.example", client_id="c", release_to=[RESOURCE]
         )
+
+
+async def test_a_refresh_refused_for_another_reason_keeps_the_tokens(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    clock: Clock,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    """invalid_client is the operator's to fix (a rotated client secret, say): the person's
+    grant at the provider is intact, so nothing is deleted."""
+    subject = await signed_in(http, client_id, idp)
+
+    async def wrong_client(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(401, json={"error": "invalid_client"})
+
+    idp.token_response = wrong_client
+    clock.now += 290
+    answer = await exchange(http, mcp_server, subject)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"] == "temporarily_unavailable"
+    assert len(rows(app)) == 1
+    idp.token_response = None
+    assert (await exchange(http, mcp_server, subject)).status_code == 200
+
+
+async def test_a_refresh_that_lost_a_race_returns_what_the_winner_kept(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    clock: Clock,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    """Two requests (or replicas) refresh the same rotating refresh token: the provider gives
+    the second invalid_grant, and that must not delete the tokens the first has just kept."""
+    subject = await signed_in(http, client_id, idp)
+    ctx = app.state.mcpauth
+    (row,) = rows(app)
+
+    async def first_wins(request: httpx2.Request) -> httpx2.Response:
+        winner = upstream_tokens.UpstreamTokens(
+            "winner-access", "winner-refresh", int(clock.now) + 300
+        )
+        with ctx.db.write() as session:
+            upstream_tokens.keep(
+                session,
+                ctx.upstream_token_key,
+                row.user_id,
+                row.provider_id,
+                winner,
+                int(clock.now),
+            )
+        return httpx2.Response(400, json={"error": "invalid_grant"})
+
+    idp.token_response = first_wins
+    clock.now += 290
+    answer = await exchange(http, mcp_server, subject)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["access_token"] == "winner-access"
+    (kept,) = rows(app)
+    opened = upstream_tokens.unseal(
+        ctx.upstream_token_key, kept.user_id, kept.provider_id, kept.sealed
+    )
+    assert opened is not None
+    assert opened.refresh_token == "winner-refresh"

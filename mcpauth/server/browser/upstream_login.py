@@ -1,14 +1,15 @@
-"""Sign-in through an upstream OpenID provider, in the browser (docs/security.md T34-T36, T38).
+"""Sign-in through an upstream provider, in the browser (docs/security.md T34-T36, T38).
 
 A provider's button on the sign-in page (or the account page) is a form POST, checked like
 every form (Origin, a CSRF token bound to the session and the page); it stores a pending
 sign-in under the digest of a fresh ``state`` (bound to the provider, the pending authorization
 and this browser's session, single use, expiring with the authorization) and sends the browser
-to the provider with PKCE and a nonce. The provider sends it back to
+to the provider with PKCE (and a nonce, to an OpenID provider). The provider sends it back to
 ``/upstream/<provider>/callback``; the callback takes the pending sign-in (once), refuses a
 response meant for another provider, another browser or another issuer (RFC 9207 ``iss``),
-redeems the code, validates the ID token, applies the provider's policy, and only then finds or
-makes the account and signs the browser in. Every refusal is a page in plain words with a way
+redeems the code, validates the ID token (or reads a plain OAuth 2.0 provider's user API),
+applies the provider's policy, and only then finds or makes the account and signs the browser
+in. Every refusal is a page in plain words with a way
 back to the sign-in page; nothing is stored and no account is made for it, and no refusal ever
 redirects anywhere but this server's own pages."""
 
@@ -37,6 +38,7 @@ from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.identity.accounts import Refused, admit
 from mcpauth.server.identity.id_tokens import IDTokenError
 from mcpauth.server.identity.upstream import (
+    ProfileError,
     Provider,
     ProviderMetadata,
     UpstreamRefused,
@@ -427,9 +429,10 @@ async def _callback(
             f"{provider.name} did not accept the sign-in",
             f"{provider.name} did not accept this sign-in, so you were not signed in. Try again.",
         )
-    except IDTokenError as exc:
+    except (IDTokenError, ProfileError) as exc:
+        kind = "id_token" if isinstance(exc, IDTokenError) else "profile"
         return Refusal(
-            f"id_token_{exc.reason}"[:60],
+            f"{kind}_{exc.reason}"[:60],
             400,
             "This sign-in was refused",
             f"The answer from {provider.name} could not be verified, so you were not signed in.",

@@ -1,10 +1,12 @@
-"""Upstream OpenID providers, the client side (Authlib's httpx client): each provider's
+"""Upstream providers, the client side (Authlib's httpx client): each OpenID provider's
 configuration from OpenID discovery and its signing keys, cached; the authorization request
 with ``state``, ``nonce`` and PKCE (S256); the code exchanged at the token endpoint for an ID
-token that :mod:`~mcpauth.server.identity.id_tokens` validates. Every call to a provider has a
-deadline (``upstream_timeout``) and a response-size cap, follows no redirect and runs on the
-event loop. The PKCE verifier and the nonce are derived from the state with a server key, so a
-pending sign-in stores nothing that would let anyone finish it."""
+token that :mod:`~mcpauth.server.identity.id_tokens` validates. A plain OAuth 2.0 provider
+(GitHub, or ``kind = "oauth2"``) has its endpoints configured, gets no ``nonce`` and proves who
+signed in through its user API (:mod:`~mcpauth.server.identity.user_apis`). Every call to a
+provider has a deadline (``upstream_timeout``) and a response-size cap, follows no redirect and
+runs on the event loop. The PKCE verifier and the nonce are derived from the state with a
+server key, so a pending sign-in stores nothing that would let anyone finish it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import base64
 import hashlib
 import hmac
 import logging
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from joserfc.jwk import KeySet
 
 from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.server.config import UpstreamProvider
+from mcpauth.server.identity import user_apis
 from mcpauth.server.identity.id_tokens import (
     IDTokenError,
     UnknownSigningKey,
@@ -33,90 +35,32 @@ from mcpauth.server.identity.id_tokens import (
     signing_keys,
     validate_id_token,
 )
+from mcpauth.server.identity.upstream_http import (
+    MAX_RESPONSE_BYTES,
+    CappedTransport,
+    ProfileError,
+    UpstreamRefused,
+    UpstreamUnavailable,
+    error_code,
+    reason,
+)
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+
+__all__ = [
+    "CappedTransport",
+    "ProfileError",
+    "Provider",
+    "ProviderMetadata",
+    "UpstreamProviders",
+    "UpstreamRefused",
+    "UpstreamUnavailable",
+]
 
 log = logging.getLogger("mcpauth.upstream")
 
-MAX_RESPONSE_BYTES = 256 * 1024  # a discovery document, a JWKS or a token response
 METADATA_SECONDS = 3600
 KEYS_SECONDS = 300
 KEYS_REFETCH_INTERVAL = 60  # an unknown kid refetches the JWKS at most this often
-_IDENTITY_ENCODINGS = ("", "identity")
-_ZLIB_ENCODINGS = ("gzip", "x-gzip", "deflate")
-
-
-class UpstreamUnavailable(Exception):
-    """The provider could not be used: down, slow, too large, or not speaking OpenID Connect
-    as configured. ``reason`` is a short code for logs."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class UpstreamRefused(Exception):
-    """The provider's token endpoint answered with an OAuth error (its code in ``error``)."""
-
-    def __init__(self, error: str) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-class _ResponseTooLarge(httpx2.TransportError):
-    pass
-
-
-class CappedTransport(httpx2.AsyncBaseTransport):
-    """Reads a whole response, at most ``max_bytes`` of it (decompressed), before the client
-    sees it; anything longer is a transport error and the rest is never read."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport, max_bytes: int) -> None:
-        self.inner = inner
-        self.max_bytes = max_bytes
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self.inner.handle_async_request(request)
-        try:
-            body = await self._read(response)
-        finally:
-            await response.aclose()
-        headers = [
-            (name, value)
-            for name, value in response.headers.multi_items()
-            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-        ]
-        return httpx2.Response(response.status_code, headers=headers, content=body, request=request)
-
-    async def _read(self, response: httpx2.Response) -> bytes:
-        try:
-            content = response.content  # already in memory (a stand-in transport's response)
-        except httpx2.ResponseNotRead:
-            pass
-        else:
-            if len(content) > self.max_bytes:
-                raise _ResponseTooLarge("response too large")
-            return content
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            raise _ResponseTooLarge("response too large")
-        encoding = response.headers.get("content-encoding", "").strip().lower()
-        if encoding not in _IDENTITY_ENCODINGS + _ZLIB_ENCODINGS:
-            raise _ResponseTooLarge(f"unsupported content-encoding {encoding[:20]!r}")
-        inflate = zlib.decompressobj(47) if encoding in _ZLIB_ENCODINGS else None
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            # inflated no further than one byte past the cap: a small bomb stays small
-            body += inflate.decompress(chunk, self.max_bytes + 1 - len(body)) if inflate else chunk
-            if len(body) > self.max_bytes:
-                raise _ResponseTooLarge("response too large")
-        if inflate is not None:
-            body += inflate.flush()
-            if len(body) > self.max_bytes:
-                raise _ResponseTooLarge("response too large")
-        return bytes(body)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _endpoint(document: Mapping[str, Any], name: str) -> str:
@@ -136,7 +80,8 @@ def _endpoint(document: Mapping[str, Any], name: str) -> str:
 
 @dataclass(frozen=True)
 class ProviderMetadata:
-    """What mcpauth uses of a provider's OpenID configuration."""
+    """What mcpauth uses of a provider's OpenID configuration (or a plain OAuth 2.0
+    provider's configured endpoints)."""
 
     issuer: str
     authorization_endpoint: str
@@ -144,6 +89,22 @@ class ProviderMetadata:
     jwks_uri: str
     algorithms: tuple[str, ...]
     iss_parameter_supported: bool  # RFC 9207: the callback must then carry ``iss``
+    openid: bool = True  # an ID token proves who signed in (else the user API)
+
+    @classmethod
+    def configured(cls, config: UpstreamProvider) -> ProviderMetadata:
+        """A plain OAuth 2.0 provider's endpoints, from its settings (nothing is fetched)."""
+        assert config.authorization_endpoint is not None
+        assert config.token_endpoint is not None
+        return cls(
+            issuer=config.issuer,
+            authorization_endpoint=config.authorization_endpoint,
+            token_endpoint=config.token_endpoint,
+            jwks_uri="",
+            algorithms=(),
+            iss_parameter_supported=False,
+            openid=False,
+        )
 
     @classmethod
     def parse(cls, document: Mapping[str, Any], issuer: str) -> ProviderMetadata:
@@ -297,11 +258,13 @@ class UpstreamProviders:
 
     async def metadata(self, provider: Provider) -> ProviderMetadata:
         """The provider's configuration (cached an hour; the last good one while it cannot be
-        fetched).
+        fetched); a plain OAuth 2.0 provider's from its settings.
 
         Raises:
             UpstreamUnavailable: none could be had in time.
         """
+        if not provider.config.is_openid:
+            return ProviderMetadata.configured(provider.config)
         cached = self._metadata.get(provider.id)
         if cached is not None:
             return cached
@@ -312,11 +275,11 @@ class UpstreamProviders:
                 found = ProviderMetadata.parse(await self._get_json(provider, url), issuer)
         except (UpstreamUnavailable, TimeoutError, httpx2.HTTPError) as exc:
             stale = self._metadata.get_stale(provider.id)
-            reason = _reason(exc)
-            log.warning("upstream %s: configuration not loaded (%s)", provider.id, reason)
+            why = reason(exc)
+            log.warning("upstream %s: configuration not loaded (%s)", provider.id, why)
             if stale is not None:
                 return stale[0]
-            raise UpstreamUnavailable(reason) from exc
+            raise UpstreamUnavailable(why) from exc
         self._metadata.put(provider.id, found)
         return found
 
@@ -331,10 +294,10 @@ class UpstreamProviders:
         try:
             keys = signing_keys(await self._get_json(provider, metadata.jwks_uri))
         except (UpstreamUnavailable, IDTokenError, httpx2.HTTPError) as exc:
-            log.warning("upstream %s: keys not loaded (%s)", provider.id, _reason(exc))
+            log.warning("upstream %s: keys not loaded (%s)", provider.id, reason(exc))
             if cached is not None:
                 return cached[0]
-            raise UpstreamUnavailable(_reason(exc)) from exc
+            raise UpstreamUnavailable(reason(exc)) from exc
         self._keys.put(provider.id, keys)
         return keys
 
@@ -347,8 +310,16 @@ class UpstreamProviders:
         state: str,
         prompt: str | None = None,
     ) -> str:
-        """Where to send the browser: an authorization code request with PKCE and a nonce."""
-        extra = {"prompt": prompt} if prompt else {}
+        """Where to send the browser: an authorization code request with PKCE, and a nonce
+        for an OpenID provider (``prompt`` too: a plain OAuth 2.0 provider gets the configured
+        parameters only)."""
+        extra = dict(provider.config.authorization_params)
+        if metadata.openid:
+            extra["nonce"] = self.nonce(state)
+            if prompt:
+                extra["prompt"] = " ".join(
+                    dict.fromkeys([prompt, *extra.get("prompt", "").split()])
+                )
         client = OAuth2Client(  # Authlib's sans-I/O client: no connection is made here
             None,
             client_id=provider.config.client_id,
@@ -359,7 +330,6 @@ class UpstreamProviders:
             metadata.authorization_endpoint,
             state=state,
             code_verifier=self.pkce_verifier(state),
-            nonce=self.nonce(state),
             redirect_uri=redirect_uri,
             **extra,
         )
@@ -375,17 +345,25 @@ class UpstreamProviders:
         redirect_uri: str,
         now: int,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The validated ID token claims for an authorization code, and the token response
-        they came in, within one deadline for the token request and the keys.
+        """The validated ID token claims for an authorization code (from a plain OAuth 2.0
+        provider: its user API's, shaped alike), and the token response they came in, within
+        one deadline for the token request and the keys or the user API.
 
         Raises:
             UpstreamUnavailable: the provider is down, slow or answered nonsense.
             UpstreamRefused: its token endpoint refused the code.
             IDTokenError: there is no valid ID token.
+            ProfileError: the user API named no one.
         """
         try:
             with anyio.fail_after(self.timeout):
                 token = await self._token(provider, metadata, code, state, redirect_uri)
+                if not metadata.openid:
+                    access = token.get("access_token")
+                    if not isinstance(access, str) or not access:
+                        raise UpstreamUnavailable("token_no_access_token")
+                    async with self._client(provider) as client:
+                        return await user_apis.who(client, provider.config, access), token
                 id_token = token.get("id_token")
                 if not isinstance(id_token, str):
                     raise IDTokenError("no_id_token")
@@ -409,7 +387,7 @@ class UpstreamProviders:
                     claims = validate(await self._signing_keys(provider, metadata, refresh=True))
                 return claims, token
         except (TimeoutError, httpx2.HTTPError) as exc:
-            raise UpstreamUnavailable(_reason(exc)) from exc
+            raise UpstreamUnavailable(reason(exc)) from exc
 
     async def _token(
         self,
@@ -429,7 +407,7 @@ class UpstreamProviders:
                     code_verifier=self.pkce_verifier(state),
                 )
             except AuthlibOAuthError as exc:
-                raise UpstreamRefused(_error_code(exc.error)) from exc
+                raise UpstreamRefused(error_code(exc.error)) from exc
             except ValueError as exc:  # not a JSON object
                 raise UpstreamUnavailable("token_not_json") from exc
         return dict(token)
@@ -453,28 +431,9 @@ class UpstreamProviders:
                             refresh_token=refresh_token,
                         )
                     except AuthlibOAuthError as exc:
-                        raise UpstreamRefused(_error_code(exc.error)) from exc
+                        raise UpstreamRefused(error_code(exc.error)) from exc
                     except ValueError as exc:
                         raise UpstreamUnavailable("token_not_json") from exc
         except (TimeoutError, httpx2.HTTPError) as exc:
-            raise UpstreamUnavailable(_reason(exc)) from exc
+            raise UpstreamUnavailable(reason(exc)) from exc
         return dict(token)
-
-
-def _error_code(value: object) -> str:
-    """An OAuth error code as it may be shown and logged: its own characters, short."""
-    text = value if isinstance(value, str) else ""
-    allowed = "".join(ch for ch in text if 0x20 <= ord(ch) <= 0x7E and ch not in '"\\')
-    return allowed[:60] or "error"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, UpstreamUnavailable | IDTokenError):
-        return exc.reason
-    if isinstance(exc, TimeoutError | httpx2.TimeoutException):
-        return "timeout"
-    if isinstance(exc, _ResponseTooLarge):
-        return "too_large"
-    if isinstance(exc, httpx2.HTTPStatusError):
-        return f"http_{exc.response.status_code}"
-    return "unreachable"

@@ -84,8 +84,34 @@ def keep(
 
 
 def kept(session: Session, key: bytes, user_id: str, provider_id: str) -> UpstreamTokens | None:
+    found = kept_sealed(session, key, user_id, provider_id)
+    return found[0] if found is not None else None
+
+
+def kept_sealed(
+    session: Session, key: bytes, user_id: str, provider_id: str
+) -> tuple[UpstreamTokens, str] | None:
+    """A person's tokens at a provider with the sealed value they were read from (which names
+    this version of the row: every seal has a fresh nonce)."""
     row = session.get(UpstreamToken, (user_id, provider_id))
-    return unseal(key, user_id, provider_id, row.sealed) if row is not None else None
+    if row is None:
+        return None
+    tokens = unseal(key, user_id, provider_id, row.sealed)
+    return (tokens, row.sealed) if tokens is not None else None
+
+
+def forget_if_unchanged(session: Session, user_id: str, provider_id: str, sealed: str) -> bool:
+    """Delete a person's tokens at a provider only if the row still holds ``sealed``: a refresh
+    refused because another request (or replica) has just rotated the refresh token must not
+    delete the tokens that request kept. Whether the row went."""
+    result = session.execute(
+        delete(_TABLE).where(
+            _TABLE.c.user_id == user_id,
+            _TABLE.c.provider_id == provider_id,
+            _TABLE.c.sealed == sealed,
+        )
+    )
+    return int(getattr(result, "rowcount", 0) or 0) == 1
 
 
 def forget(session: Session, user_id: str, provider_id: str | None = None) -> int:

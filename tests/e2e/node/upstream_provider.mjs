@@ -9,6 +9,9 @@
 // form: any login name with any password signs in as that account; the known accounts below
 // have fixed claims, any other name has only `sub`. No consent page: the grant is given on sign-in.
 // Cookie names carry <name>, so two instances on 127.0.0.1 (cookies ignore the port) keep apart.
+// Refresh tokens (rotated) for a request asking offline_access with prompt=consent, which then
+// shows oidc-provider's own consent page; the revocation endpoint is on. The environment
+// variable UPSTREAM_ACCESS_TOKEN_TTL sets the access tokens' lifetime in seconds (default 3600).
 //
 // Prints "ready <issuer>" on stdout once listening.
 import * as crypto from 'node:crypto';
@@ -41,14 +44,14 @@ const provider = new Provider(issuer, {
       client_id: clientId,
       client_secret: clientSecret,
       token_endpoint_auth_method: 'client_secret_basic',
-      grant_types: ['authorization_code'],
+      grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       redirect_uris: redirectUris.split(','),
       id_token_signed_response_alg: 'RS256',
     },
   ],
   jwks: { keys: [signing] },
-  scopes: ['openid', 'email', 'profile', 'groups'],
+  scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],
   claims: {
     openid: ['sub'],
     email: ['email', 'email_verified'],
@@ -65,13 +68,17 @@ const provider = new Provider(issuer, {
       },
     };
   },
-  // sign-in grants what was asked: no consent page at the provider
+  ttl: { AccessToken: Number(process.env.UPSTREAM_ACCESS_TOKEN_TTL || 3600) },
+  // sign-in grants what was asked: no consent page at the provider (unless prompt=consent)
   async loadExistingGrant(ctx) {
     const grant = new ctx.oidc.provider.Grant({
       clientId: ctx.oidc.client.clientId,
       accountId: ctx.oidc.session.accountId,
     });
     grant.addOIDCScope('openid email profile groups');
+    if (ctx.oidc.params.scope?.split(' ').includes('offline_access')) {
+      grant.addOIDCScope('offline_access');
+    }
     grant.addOIDCClaims(['email', 'email_verified', 'name', 'groups']);
     await grant.save();
     return grant;
@@ -84,7 +91,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: true },
     introspection: { enabled: false },
-    revocation: { enabled: false },
+    revocation: { enabled: true },
   },
 });
 provider.proxy = false;

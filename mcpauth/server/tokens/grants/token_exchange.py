@@ -30,12 +30,10 @@ from mcpauth.errors import (
 from mcpauth.oauth import TOKEN_EXCHANGE
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
-from mcpauth.server.identity.upstream import Provider, UpstreamRefused, UpstreamUnavailable
+from mcpauth.server.identity.kept_tokens import TokensGone, fresh_tokens
+from mcpauth.server.identity.upstream import Provider, UpstreamUnavailable
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import upstream_tokens
 from mcpauth.server.storage.models import Client
-from mcpauth.server.storage.upstream_tokens import UpstreamTokens
-from mcpauth.server.threads import wait_on_loop
 from mcpauth.server.tokens.introspection import access_token_claims as verified_claims
 from mcpauth.server.tokens.issuance import (
     Issuance,
@@ -88,9 +86,6 @@ def _subject(ctx: ServerContext, form: dict[str, str]) -> dict[str, Any]:
     return claims
 
 
-REFRESH_MARGIN = 30  # seconds: a kept token this close to expiry is refreshed first
-
-
 def _upstream_token(
     ctx: ServerContext, client: Client, subject: dict[str, Any], provider: Provider
 ) -> Issuance:
@@ -106,13 +101,14 @@ def _upstream_token(
     if not config.keep_tokens or subject["aud"] not in config.release_to:
         raise InvalidTarget(f"{provider.id} tokens are not released to {subject['aud']}")
     user_id, now = str(subject["sub"]), ctx.now()
-    key = ctx.upstream_token_key
-    with ctx.db.read() as session:
-        tokens = upstream_tokens.kept(session, key, user_id, provider.id)
-    if tokens is None:
-        raise InvalidGrant(f"No {provider.name} token is kept for this person: sign in again")
-    if tokens.expires_at is not None and tokens.expires_at - REFRESH_MARGIN <= now:
-        tokens = _refreshed(ctx, provider, user_id, tokens, now)
+    try:
+        tokens = fresh_tokens(ctx.db, ctx.upstream, ctx.upstream_token_key, user_id, provider, now)
+    except TokensGone as exc:
+        raise InvalidGrant(
+            f"No usable {provider.name} token is kept for this person ({exc.reason}): sign in again"
+        ) from exc
+    except UpstreamUnavailable as exc:
+        raise TemporarilyUnavailable(f"{provider.name} cannot be reached; try again") from exc
     audit(
         "token.exchanged",
         client_id=client.client_id,
@@ -126,37 +122,6 @@ def _upstream_token(
         issued_token_type=ACCESS_TOKEN_TYPE,
         upstream_access_token=tokens.access_token,
     )
-
-
-def _refreshed(
-    ctx: ServerContext, provider: Provider, user_id: str, tokens: UpstreamTokens, now: int
-) -> UpstreamTokens:
-    key = ctx.upstream_token_key
-    if tokens.refresh_token is None:
-        with ctx.db.write() as session:
-            upstream_tokens.forget(session, user_id, provider.id)
-        raise InvalidGrant(f"The {provider.name} token has expired: sign in again")
-    refresh_token = tokens.refresh_token
-    try:
-        response = wait_on_loop(
-            lambda: ctx.upstream.refresh(provider, refresh_token), ctx.upstream.timeout + 1
-        )
-    except UpstreamRefused as exc:
-        with ctx.db.write() as session:
-            upstream_tokens.forget(session, user_id, provider.id)
-        raise InvalidGrant(
-            f"{provider.name} refused to refresh ({exc.error}): sign in again"
-        ) from exc
-    except (UpstreamUnavailable, TimeoutError) as exc:
-        raise TemporarilyUnavailable(f"{provider.name} cannot be reached; try again") from exc
-    fresh = UpstreamTokens.from_response(response, now)
-    if fresh is None:
-        raise TemporarilyUnavailable(f"{provider.name} answered without a usable token")
-    if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid when not rotated
-        fresh = UpstreamTokens(fresh.access_token, tokens.refresh_token, fresh.expires_at)
-    with ctx.db.write() as session:
-        upstream_tokens.keep(session, key, user_id, provider.id, fresh, now)
-    return fresh
 
 
 def exchange(
