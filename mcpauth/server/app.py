@@ -21,7 +21,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
 from mcpauth.server import discovery
 from mcpauth.server.authorization import endpoint as authorize
-from mcpauth.server.browser import account, interaction, upstream_login
+from mcpauth.server.browser import account, account_links, interaction, upstream_login
 from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
 from mcpauth.server.browser.sign_in_step import SignInStep
 from mcpauth.server.clients import management, registration
@@ -174,6 +174,12 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
             upstream_login.start_for_account,
             methods=["POST"],
         ),
+        Route(
+            f"{base}/account/upstream/{{provider_id}}/link",
+            upstream_login.start_for_link,
+            methods=["POST"],
+        ),
+        Route(f"{base}/account/unlink", account_links.unlink, methods=["POST"]),
         Route(f"{base}/account", account.page, methods=["GET"]),
         Route(f"{base}/account/login", account.login, methods=["POST"]),
         Route(f"{base}/account/logout", account.logout, methods=["POST"]),

@@ -1,5 +1,6 @@
 """The account page: a signed-in user sees each application connected to their account and
-revokes one after a confirmation (its grants end and its refresh tokens die at once)."""
+revokes one after a confirmation (its grants end and its refresh tokens die at once), and the
+ways they sign in (:mod:`mcpauth.server.browser.account_links` links and removes providers)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.responses import Response
 
 from mcpauth.server.authorization.outcomes import see_other
 from mcpauth.server.browser import csrf
+from mcpauth.server.browser.account_links import SignInMethods, sign_in_methods
 from mcpauth.server.browser.display import ClientView
 from mcpauth.server.browser.interaction import client_view_of
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
@@ -131,21 +133,28 @@ def _applications(
 
 
 def _account_view(
-    ctx: ServerContext, user_id: str, revoked: str | None
-) -> tuple[str, list[Application], str] | None:
+    ctx: ServerContext, browser: BrowserSession, query: dict[str, str]
+) -> tuple[str, list[Application], str, SignInMethods] | None:
+    assert browser.user_id is not None
     with ctx.db.read() as session:
-        user = get_user(session, user_id)
+        user = get_user(session, browser.user_id)
         if user is None:
             return None
         notice = ""
-        if revoked is not None:
-            client = get_client(session, revoked)
+        names = {provider.id: provider.name for provider in ctx.upstream}
+        if "revoked" in query:
+            client = get_client(session, query["revoked"])
             name = client_view_of(client).name if client else "The application"
             notice = f"Access for {name} was revoked."
+        elif query.get("linked") in names:
+            notice = f"{names[query['linked']]} is linked: you can sign in with it now."
+        elif query.get("unlinked") in names:
+            notice = f"{names[query['unlinked']]} no longer signs you in to this account."
         return (
             identities.display_name(session, user),
-            _applications(ctx.settings, session, user_id),
+            _applications(ctx.settings, session, browser.user_id),
             notice,
+            sign_in_methods(ctx, session, browser, user),
         )
 
 
@@ -154,18 +163,19 @@ async def page(request: Request) -> Response:
     browser = await load_session(ctx, request)
     view = None
     if browser.user_id is not None:
-        revoked = request.query_params.get("revoked")
-        view = await run_blocking(_account_view, ctx, browser.user_id, revoked)
+        query = {k: v[:200] for k, v in request.query_params.items()}
+        view = await run_blocking(_account_view, ctx, browser, query)
     if view is None:
         notice = "You have signed out." if "signed_out" in request.query_params else ""
         response = _login_page(ctx, browser, notice=notice)
     else:
-        username, apps, notice = view
+        username, apps, notice, methods = view
         response = render(
             "account.html",
             username=username,
             apps=apps,
             notice=notice,
+            methods=methods,
             csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE),
             logout_action=ctx.endpoint_url("account/logout"),
         )

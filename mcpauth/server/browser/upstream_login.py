@@ -9,21 +9,22 @@ to the provider with PKCE (and a nonce, to an OpenID provider). The provider sen
 response meant for another provider, another browser or another issuer (RFC 9207 ``iss``),
 redeems the code, validates the ID token (or reads a plain OAuth 2.0 provider's user API),
 applies the provider's policy, and only then finds or makes the account and signs the browser
-in. Every refusal is a page in plain words with a way
-back to the sign-in page; nothing is stored and no account is made for it, and no refusal ever
-redirects anywhere but this server's own pages."""
+in. The same round trip started from the account page's "Link" button links the identity to the
+signed-in account instead (:mod:`mcpauth.server.browser.account_links`). Every refusal is a page
+in plain words with a way back to the sign-in page; nothing is stored and no account is made
+for it, and no refusal ever redirects anywhere but this server's own pages."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.authorization.outcomes import AuthorizationRequest, see_other
-from mcpauth.server.browser import csrf
+from mcpauth.server.browser import account_links, csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import (
@@ -32,7 +33,16 @@ from mcpauth.server.browser.sessions import (
     save_session,
     sign_in,
 )
-from mcpauth.server.config import Settings
+from mcpauth.server.browser.upstream_pages import (
+    ACCOUNT,
+    LINK,
+    Refusal,
+    back_to,
+    callback_url,
+    refusal_page,
+    unavailable,
+    unknown_provider,
+)
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.identity.accounts import Refused, admit
@@ -51,71 +61,10 @@ from mcpauth.server.storage.models import Interaction, UpstreamLogin
 from mcpauth.server.storage.upstream_tokens import UpstreamTokens
 from mcpauth.server.threads import run_blocking
 
-ACCOUNT = "account"  # the target of a sign-in started on the account page
 MAX_LOGIN_SECONDS = 600  # a pending upstream sign-in lives at most this long
 MAX_STATE_LENGTH = 200
 _RESPONSE_PARAMETERS = ("state", "code", "iss", "error")
-_STATE = re.compile(r"^(account|[0-9a-f]{32})\.[A-Za-z0-9_-]{43}$")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A page refusing the sign-in: its status, title and words, and the reason logged."""
-
-    reason: str
-    status: int
-    title: str
-    message: str
-    error: str = "access_denied"  # the code the page shows (for support)
-
-
-def callback_url(settings: Settings, provider: Provider) -> str:
-    """The redirect URI registered at the provider."""
-    return settings.endpoint_url(f"upstream/{provider.id}/callback")
-
-
-def _back(settings: Settings, target: str | None) -> str | None:
-    """The sign-in page to go back to: the pending authorization's, or the account page."""
-    if target is None:
-        return None
-    return settings.endpoint_url(ACCOUNT if target == ACCOUNT else f"interaction/{target}")
-
-
-def _refusal_page(settings: Settings, refusal: Refusal, target: str | None) -> Response:
-    back = _back(settings, target)
-    return error_page(
-        refusal.error,
-        refusal.message
-        + ("" if back else " Go back to the application you came from and start again."),
-        refusal.status,
-        title=refusal.title,
-        back_url=back,
-        back_label="Back to sign-in",
-    )
-
-
-def _unknown_provider() -> Response:
-    return error_page(
-        "not_found",
-        "This sign-in option doesn't exist (any more). Go back and choose another.",
-        404,
-        title="Sign-in option not found",
-    )
-
-
-def _unavailable(provider: Provider, reason: str) -> Refusal:
-    slow = reason == "timeout"
-    return Refusal(
-        f"upstream_{reason}",
-        504 if slow else 502,
-        f"{provider.name} is not responding" if slow else f"{provider.name} can't be reached",
-        f"{provider.name} did not answer in time, so you were not signed in. Try again in a "
-        "moment, or sign in another way."
-        if slow
-        else f"Signing in with {provider.name} is not possible right now. Try again in a "
-        "moment, or sign in another way.",
-        error="temporarily_unavailable",
-    )
+_STATE = re.compile(r"^(account|link|[0-9a-f]{32})\.[A-Za-z0-9_-]{43}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,13 +96,13 @@ async def _start(
 ) -> Response:
     provider = ctx.upstream.get(provider_id)
     if provider is None:
-        return _unknown_provider()
+        return unknown_provider()
     refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token = form.get("csrf_token")
-    back = _back(ctx.settings, target)
+    back = back_to(ctx.settings, target)
     if not csrf.csrf_valid(
         ctx.cookie_secret,
         browser.sid,
@@ -171,7 +120,11 @@ async def _start(
     now = ctx.now()
     expires_at = now + MAX_LOGIN_SECONDS
     prompt = None
-    if target != ACCOUNT:
+    if target == LINK:
+        refusal = account_links.may_link(browser, now)
+        if refusal is not None:
+            return refusal_page(ctx.settings, refusal, target)
+    elif target != ACCOUNT:
         pending = await run_blocking(_pending_interaction, ctx.db, ctx.now(), target, browser.sid)
         if pending is None:
             return error_page(
@@ -188,12 +141,12 @@ async def _start(
         metadata = await ctx.upstream.metadata(provider)
     except UpstreamUnavailable as exc:
         audit("upstream.unavailable", provider=provider.id, reason=exc.reason)
-        return _refusal_page(ctx.settings, _unavailable(provider, exc.reason), target)
+        return refusal_page(ctx.settings, unavailable(provider, exc.reason), target)
     state = f"{target}.{new_token()}"
     login = UpstreamLogin(
         digest=digest(state),
         provider_id=provider.id,
-        interaction_id=None if target == ACCOUNT else target,
+        interaction_id=None if target in (ACCOUNT, LINK) else target,
         session_digest=digest(browser.sid),
         created_at=now,
         expires_at=expires_at,
@@ -227,6 +180,13 @@ async def start_for_account(request: Request) -> Response:
     ctx = get_context(request)
     browser = await load_session(ctx, request)
     return await _start(ctx, request, browser, request.path_params["provider_id"], ACCOUNT)
+
+
+async def start_for_link(request: Request) -> Response:
+    """POST /account/upstream/{provider_id}/link: link the provider to the signed-in account"""
+    ctx = get_context(request)
+    browser = await load_session(ctx, request)
+    return await _start(ctx, request, browser, request.path_params["provider_id"], LINK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +323,7 @@ async def callback(request: Request) -> Response:
     ctx = get_context(request)
     provider = ctx.upstream.get(request.path_params["provider_id"])
     if provider is None:
-        return _unknown_provider()
+        return unknown_provider()
     params = {k: v for k, v in request.query_params.items() if len(v) <= 4096}
     if any(len(request.query_params.getlist(name)) > 1 for name in _RESPONSE_PARAMETERS):
         params.pop("state", None)  # a parameter given twice (RFC 6749 §3.1): not ours
@@ -373,7 +333,7 @@ async def callback(request: Request) -> Response:
     outcome = await _callback(ctx, provider, browser, params, state, target)
     if isinstance(outcome, Refusal):
         audit("upstream.refused", provider=provider.id, reason=outcome.reason)
-        return _refusal_page(ctx.settings, outcome, target)
+        return refusal_page(ctx.settings, outcome, target)
     save_session(ctx, browser, outcome)
     return outcome
 
@@ -406,7 +366,7 @@ async def _callback(
     try:
         metadata = await ctx.upstream.metadata(provider)
     except UpstreamUnavailable as exc:
-        return _unavailable(provider, exc.reason)
+        return unavailable(provider, exc.reason)
     refusal = _check_response(provider, login, browser, metadata, params)
     if refusal is not None:
         return refusal
@@ -421,7 +381,7 @@ async def _callback(
         )
         kept = admit(provider.config, claims)
     except UpstreamUnavailable as exc:
-        return _unavailable(provider, exc.reason)
+        return unavailable(provider, exc.reason)
     except UpstreamRefused as exc:
         return Refusal(
             f"token_{exc.error}"[:40],
@@ -439,6 +399,11 @@ async def _callback(
         )
     except Refused as exc:
         return Refusal(exc.reason, 403, "You can't sign in with this account", exc.message)
+    if target == LINK:  # the state (found by its digest) says so: nobody could change it
+        refused = await run_blocking(account_links.finish_link, ctx, browser, login, kept, token)
+        return refused or see_other(
+            ctx.endpoint_url(ACCOUNT) + "?" + urlencode({"linked": provider.id})
+        )
     signed_in, refusal = await run_blocking(_finish, ctx, browser, login, kept, token)
     if refusal is not None:
         return refusal

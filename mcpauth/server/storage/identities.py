@@ -153,3 +153,104 @@ def identities_by_provider(session: Session) -> dict[str, int]:
 def forget_user(session: Session, user_id: str) -> None:
     """Delete the identities of an account being removed."""
     session.execute(delete(_IDENTITIES).where(_IDENTITIES.c.user_id == user_id))
+
+
+# --------------------------------------------------------------------------------------------
+# linking, by the account's own explicit action (never by a matching email)
+
+
+class IdentityTaken(Exception):
+    """The identity already signs in to another account; nothing is linked."""
+
+
+class ProviderTaken(Exception):
+    """The account already has another identity at this provider; nothing is linked."""
+
+
+class LastWayIn(Exception):
+    """Removing the identity would leave the account with no way to sign in."""
+
+
+@dataclass(frozen=True)
+class LinkedIdentity:
+    provider_id: str
+    email: str | None
+    name: str | None
+    created_at: int
+
+
+def link(session: Session, claims: Claims, provider_id: str, user_id: str, now: int) -> bool:
+    """Link (issuer, subject) to ``user_id``, an account signed in in this browser that asked
+    for it, with the claims of this sign-in; False when it was linked already.
+
+    Raises:
+        IdentityTaken: the identity belongs to another account.
+        ProviderTaken: the account has another identity at this provider.
+    """
+    identity = session.get(UpstreamIdentity, (claims.issuer, claims.subject))
+    if identity is not None and identity.user_id != user_id:
+        raise IdentityTaken(provider_id)
+    created = identity is None
+    if identity is None:
+        other = session.execute(
+            select(_IDENTITIES.c.subject).where(
+                _IDENTITIES.c.user_id == user_id, _IDENTITIES.c.issuer == claims.issuer
+            )
+        ).first()
+        if other is not None:
+            raise ProviderTaken(provider_id)
+        identity = UpstreamIdentity(
+            issuer=claims.issuer,
+            subject=claims.subject,
+            user_id=user_id,
+            provider_id=provider_id,
+            created_at=now,
+            last_login_at=now,
+        )
+    identity.provider_id = provider_id
+    identity.email = claims.email
+    identity.email_verified = claims.email_verified
+    identity.name = claims.name
+    identity.last_login_at = now
+    session.add(identity)
+    return created
+
+
+def linked_identities(session: Session, user_id: str) -> list[LinkedIdentity]:
+    """The identities an account signs in with, oldest first."""
+    rows = session.execute(
+        select(
+            _IDENTITIES.c.provider_id,
+            _IDENTITIES.c.email,
+            _IDENTITIES.c.name,
+            _IDENTITIES.c.created_at,
+        )
+        .where(_IDENTITIES.c.user_id == user_id)
+        .order_by(_IDENTITIES.c.created_at, _IDENTITIES.c.provider_id)
+    ).all()
+    return [LinkedIdentity(r.provider_id, r.email, r.name, r.created_at) for r in rows]
+
+
+def unlink(session: Session, user_id: str, provider_id: str) -> int:
+    """Remove the account's identities at ``provider_id``; how many were removed.
+
+    Raises:
+        LastWayIn: the account has no password and no other identity.
+    """
+    mine = session.execute(
+        select(_IDENTITIES.c.provider_id).where(_IDENTITIES.c.user_id == user_id)
+    ).all()
+    removed = [row for row in mine if row.provider_id == provider_id]
+    if not removed:
+        return 0
+    password = session.execute(
+        select(_USERS.c.password_hash).where(_USERS.c.id == user_id)
+    ).scalar_one_or_none()
+    if len(removed) == len(mine) and not (password and has_password(password)):
+        raise LastWayIn(provider_id)
+    result = session.execute(
+        delete(_IDENTITIES).where(
+            _IDENTITIES.c.user_id == user_id, _IDENTITIES.c.provider_id == provider_id
+        )
+    )
+    return result.rowcount if isinstance(result, CursorResult) else len(removed)
