@@ -129,8 +129,11 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
 
 
 def display_name(session: Session, user: User) -> str:
-    """How a person is named on the pages: a federated account by the email (else the name)
-    of its last sign-in, a local one by its username."""
+    """How a person is named on the pages: a local account (with a password, whatever it has
+    linked) by its username, an account made by a provider by the email (else the name) of its
+    last sign-in."""
+    if has_password(user.password_hash):
+        return user.username
     row = session.execute(
         select(_IDENTITIES.c.email, _IDENTITIES.c.name)
         .where(_IDENTITIES.c.user_id == user.id)
