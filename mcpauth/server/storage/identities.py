@@ -73,6 +73,7 @@ class Claims:
     email: str | None
     email_verified: bool
     name: str | None
+    groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class AccountConflict(Exception):
 
 def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> SignedIn:
     """The account of (issuer, subject), made on first sign-in (just in time), with the claims
-    of this sign-in. A passwordless account of the same name (made for the same subject by the
+    of this sign-in, each replacing the last one's (groups too: one the provider no longer
+    sends is gone). A passwordless account of the same name (made for the same subject by the
     jwt-bearer grant) is the same person and is linked; nothing is ever linked by email.
 
     Raises:
@@ -123,6 +125,7 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
     identity.email = claims.email
     identity.email_verified = claims.email_verified
     identity.name = claims.name
+    identity.groups = list(claims.groups)  # replaced: a group the provider dropped is gone
     identity.last_login_at = now
     session.add(identity)
     return SignedIn(identity.user_id, created)
