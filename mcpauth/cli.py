@@ -130,6 +130,7 @@ def cmd_resources(args: argparse.Namespace) -> int:
                 default_scopes=args.default_scope,
                 is_default=args.default,
                 dpop_required=args.dpop_required,
+                token_claims=args.claim,
             )
         )
     elif args.action == "list":
@@ -237,6 +238,13 @@ def _add_admin(sub: Any) -> None:
     p.add_argument("--default", action="store_true", help="used when a client omits `resource`")
     p.add_argument(
         "--dpop-required", action="store_true", help="issue only DPoP-bound tokens for it"
+    )
+    p.add_argument(
+        "--claim",
+        action="append",
+        default=[],
+        choices=("email", "email_verified", "name", "groups"),
+        help="a claim about the person its access tokens carry (repeatable; none by default)",
     )
     resources.add_parser("list", help="list resources")
     resources.add_parser("remove", help="remove a resource").add_argument("uri")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import CursorResult, Table, delete, func, select
+from sqlalchemy import Connection, CursorResult, Table, delete, func, select
 from sqlmodel import Session
 
 from mcpauth.server.crypto import digest, new_id
@@ -143,6 +143,53 @@ def display_name(session: Session, user: User) -> str:
     if row is None:
         return user.username
     return str(row.email or row.name or user.username)
+
+
+@dataclass(frozen=True)
+class Person:
+    """An account as its tokens may describe it: its username, whether it signs in with a
+    password, and the claims of its most recent upstream sign-in (none: a local account, or
+    one made by the jwt-bearer grant that never signed in through a provider)."""
+
+    username: str
+    local: bool
+    email: str | None = None
+    email_verified: bool = False
+    name: str | None = None
+    groups: tuple[str, ...] = ()
+
+
+def person(conn: Connection | Session, user_id: str) -> Person | None:
+    """The account ``user_id`` with its current claims; None when no account has that id (a
+    client's own tokens name the client)."""
+    user = conn.execute(
+        select(_USERS.c.username, _USERS.c.password_hash).where(_USERS.c.id == user_id)
+    ).first()
+    if user is None:
+        return None
+    row = conn.execute(
+        select(
+            _IDENTITIES.c.email,
+            _IDENTITIES.c.email_verified,
+            _IDENTITIES.c.name,
+            _IDENTITIES.c.groups,
+        )
+        .where(_IDENTITIES.c.user_id == user_id)
+        .order_by(_IDENTITIES.c.last_login_at.desc(), _IDENTITIES.c.issuer, _IDENTITIES.c.subject)
+        .limit(1)
+    ).first()
+    local = has_password(str(user.password_hash))
+    if row is None:
+        return Person(str(user.username), local)
+    groups = row.groups if isinstance(row.groups, list) else []
+    return Person(
+        str(user.username),
+        local,
+        email=row.email,
+        email_verified=bool(row.email_verified),
+        name=row.name,
+        groups=tuple(str(group) for group in groups),
+    )
 
 
 def identities_by_provider(session: Session) -> dict[str, int]:
