@@ -1,4 +1,4 @@
-"""The claims of a person's account (docs/upstream-providers.md, docs/security.md T34): the
+"""The claims of a person's account (docs/upstream-providers.md, docs/security.md T36): the
 groups of an upstream sign-in (an OpenID provider's ID token ``groups``, a plain OAuth 2.0
 provider's through its ``claim_mapping``, never GitHub's) are kept with the identity, bounded,
 and replaced at each sign-in, emptied when the provider stops sending them. A resource's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
@@ -28,7 +28,7 @@ from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity import accounts, user_apis
 from mcpauth.server.storage.models import UpstreamIdentity
 
-from ..conftest import ISSUER
+from ..conftest import ISSUER, TEST_SECRET
 from ..oauth import (
     authorization_params,
     follow,
@@ -181,6 +181,37 @@ def test_an_oauth2_provider_s_groups_come_through_its_claim_mapping_and_github_h
 # the claims a resource asks its tokens to carry
 
 
+async def tokens_for(
+    browser: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    resource: str,
+    sign_in: Callable[[httpx.Response], Awaitable[httpx.Response]],
+) -> dict[str, Any]:
+    """The person asks for ``resource``, signs in on the sign-in page (``sign_in``: the answer
+    that leads to the consent page), approves the client, and the client redeems the code."""
+    verifier, challenge = pkce_pair()
+    params = authorization_params(client_id, challenge, resource=resource)
+    page = await follow(browser, await browser.get("/authorize?" + urlencode(params)))
+    consent = await follow(browser, await sign_in(page))
+    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
+    done = await browser.post(
+        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
+    )
+    token = await browser.post(
+        "/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": query(done.headers["location"])["code"],
+            "client_id": client_id,
+            "redirect_uri": APP_REDIRECT,
+            "code_verifier": verifier,
+            "resource": resource,
+        },
+    )
+    assert token.status_code == 200, token.text
+    return dict(token.json())
+
+
 async def tokens_through_upstream(
     app: Starlette,
     client_id: str,  # noqa: F811
@@ -188,34 +219,15 @@ async def tokens_through_upstream(
     resource: str,
     **claims: Any,
 ) -> dict[str, Any]:
-    """Alice signs in through the provider (with these claims) in a browser of her own,
-    approves the client for ``resource``, and the client redeems the code."""
-    verifier, challenge = pkce_pair()
-    params = authorization_params(client_id, challenge, resource=resource)
+    """Alice's tokens for ``resource``, signing in through the provider (with these claims)
+    in a browser of her own."""
     async with await browser_for(app) as browser:
-        page = await follow(browser, await browser.get("/authorize?" + urlencode(params)))
-        back = await come_back(
-            browser, idp.approve((await press(browser, page)).headers["location"], **claims)
-        )
-        consent = await follow(browser, back)
-        approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-        done = await browser.post(
-            urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-        )
-        code = query(done.headers["location"])["code"]
-        token = await browser.post(
-            "/token",
-            data={
-                "grant_type": "authorization_code",
-                "code": code,
-                "client_id": client_id,
-                "redirect_uri": APP_REDIRECT,
-                "code_verifier": verifier,
-                "resource": resource,
-            },
-        )
-    assert token.status_code == 200, token.text
-    return dict(token.json())
+
+        async def through_the_provider(page: httpx.Response) -> httpx.Response:
+            started = await press(browser, page)
+            return await come_back(browser, idp.approve(started.headers["location"], **claims))
+
+        return await tokens_for(browser, client_id, resource, through_the_provider)
 
 
 def claims_of(app: Starlette, token: str) -> dict[str, Any]:
@@ -364,36 +376,24 @@ async def test_a_local_account_s_name_is_its_username_and_it_has_no_email(
         app.state.mcpauth, "http://127.0.0.1:8002/mcp", scopes=["x"], token_claims=PERSON
     )
     add_user(app, "carol", password_hash)
-    verifier, challenge = pkce_pair()
-    params = authorization_params(client_id, challenge, resource="http://127.0.0.1:8002/mcp")
-    page = await follow(http, await http.get("/authorize?" + urlencode(params)))
-    login = next(f for f in forms(page.text) if "password" in f.fields)
-    values = {**login.fields, "username": "carol", "password": PASSWORD}
-    consent = await follow(http, await http.post(urljoin(str(page.url), login.action), data=values))
-    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-    done = await http.post(
-        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-    )
-    code = query(done.headers["location"])["code"]
-    token = await http.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "client_id": client_id,
-            "redirect_uri": APP_REDIRECT,
-            "code_verifier": verifier,
-        },
-    )
-    assert token.status_code == 200, token.text
-    claims = claims_of(app, token.json()["access_token"])
+
+    async def with_the_password(page: httpx.Response) -> httpx.Response:
+        login = next(f for f in forms(page.text) if "password" in f.fields)
+        values = {**login.fields, "username": "carol", "password": PASSWORD}
+        return await http.post(urljoin(str(page.url), login.action), data=values)
+
+    token = await tokens_for(http, client_id, "http://127.0.0.1:8002/mcp", with_the_password)
+    claims = claims_of(app, token["access_token"])
     assert claims["name"] == "carol"
     assert not {"email", "email_verified", "groups"} & set(claims)
 
 
 def test_the_claim_flag_round_trips_through_resources_list(
-    make_settings: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+    make_settings: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("MCPAUTH_SECRET_KEY", TEST_SECRET)  # a PostgreSQL database needs it
     database = ["--database", make_settings().database_url]
     assert main(["db", "upgrade", *database]) == 0
     add = ["resources", "add", "https://mcp.example/a", "--claim", "groups", "--claim", "email"]
