@@ -19,6 +19,7 @@ from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
     Resource,
 )
+from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 from mcpauth.uris import URIError, canonical_resource
 
 
@@ -76,6 +77,14 @@ def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
     return scopes
 
 
+def _token_claims(values: Sequence[str]) -> list[str]:
+    """The person claims a resource's tokens carry, in their usual order."""
+    unknown = [value for value in values if value not in PERSON_CLAIMS]
+    if unknown:
+        raise AdminError(f"unknown claim {unknown[0]!r}: choose from {', '.join(PERSON_CLAIMS)}")
+    return [claim for claim in PERSON_CLAIMS if claim in values]
+
+
 def add_resource(
     ctx: ServerContext,
     uri: str,
@@ -85,11 +94,13 @@ def add_resource(
     default_scopes: Sequence[str] = (),
     is_default: bool = False,
     dpop_required: bool = False,
+    token_claims: Sequence[str] = (),
 ) -> dict[str, Any]:
     try:
         canonical = canonical_resource(uri)
     except URIError as exc:
         raise AdminError(str(exc)) from exc
+    claims = _token_claims(token_claims)
     scope_map = _parse_scopes(scopes)
     unknown = [s for s in default_scopes if s not in scope_map]
     if unknown:
@@ -106,6 +117,7 @@ def add_resource(
                 default_scopes=list(default_scopes),
                 is_default=is_default,
                 dpop_required=dpop_required,
+                token_claims=claims,
                 created_at=ctx.now(),
             ),
         )
@@ -117,6 +129,7 @@ def add_resource(
         "default_scopes": list(default_scopes),
         "default": is_default,
         "dpop_required": dpop_required,
+        "token_claims": claims,
     }
 
 
@@ -130,6 +143,7 @@ def list_resources(ctx: ServerContext) -> list[dict[str, Any]]:
                 "default_scopes": r.default_scopes,
                 "default": r.is_default,
                 "dpop_required": r.dpop_required,
+                "token_claims": r.token_claims,
             }
             for r in lookups.list_resources(session)
         ]
@@ -379,6 +393,7 @@ class Admin:
         default_scopes: Sequence[str] = (),
         is_default: bool = False,
         dpop_required: bool = False,
+        token_claims: Sequence[str] = (),
     ) -> dict[str, Any]:
         return add_resource(
             self._ctx,
@@ -388,6 +403,7 @@ class Admin:
             default_scopes=default_scopes,
             is_default=is_default,
             dpop_required=dpop_required,
+            token_claims=token_claims,
         )
 
     def list_resources(self) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ CLAIM_FIELDS = {
     "email": "email",
     "email_verified": "email_verified",
     "name": "name",
+    "groups": "groups",
 }
 # parameters of the authorization request that mcpauth itself sets (or must never be sent)
 RESERVED_PARAMETERS = frozenset(
@@ -103,9 +104,9 @@ class UpstreamProvider(BaseModel):
     at this URL + `/emails`."""
     claim_mapping: dict[str, str] = Field(default_factory=dict)
     """`oauth2` only: which fields of the user API's answer are the `subject` (a stable id,
-    never an email), `email`, `email_verified` and `name` (dotted paths for nested fields);
-    by default `sub`, `email`, `email_verified` and `name`. Without `email_verified` an email
-    counts as unverified."""
+    never an email), `email`, `email_verified`, `name` and `groups` (dotted paths for nested
+    fields); by default `sub`, `email`, `email_verified`, `name` and `groups`. Without
+    `email_verified` an email counts as unverified."""
     authorization_params: dict[str, str] = Field(default_factory=dict)
     """Extra parameters of the authorization request (Google's `access_type = "offline"`,
     GitHub's `allow_signup = "false"`); those mcpauth sets itself are refused."""

@@ -80,6 +80,7 @@ CEILINGS: dict[str, int | str] = {
     "resources.name": "operator",
     "resources.scopes": "operator",
     "resources.default_scopes": "operator",
+    "resources.token_claims": "choice",  # of email, email_verified, name, groups
     "signing_keys.kid": "server",
     "signing_keys.alg": "choice",
     "signing_keys.public_jwk": "server",
@@ -126,6 +127,7 @@ CEILINGS: dict[str, int | str] = {
     "upstream_identities.provider_id": "operator",
     "upstream_identities.email": MAX_EMAIL,  # a longer email claim is kept as none
     "upstream_identities.name": MAX_UPSTREAM_NAME,  # a longer name claim is cut
+    "upstream_identities.groups": "copy",  # MAX_GROUPS names of at most MAX_GROUP characters
     "upstream_tokens.user_id": "copy",
     "upstream_tokens.provider_id": "operator",
     "upstream_tokens.sealed": MAX_SEALED_LENGTH,  # longer upstream tokens are not kept

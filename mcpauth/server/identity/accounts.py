@@ -1,18 +1,26 @@
 """Who may sign in through an upstream provider, and what of their ID token is kept: the
 provider's policy (allowed email domains, which need ``email_verified``; required claim values)
-decides before any account exists; the email, its verification and the name are taken as the
-token says them, bounded to their columns."""
+decides before any account exists; the email, its verification, the name and the groups are
+taken as the token says them, bounded to their columns: at most ``MAX_GROUPS`` group names of
+at most ``MAX_GROUP`` printable characters (the first ones in the provider's order; a longer
+list is cut there, and a name that is not such a string is left out, each with a warning that
+names the provider and the counts, never a group)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.storage.identities import Claims
 
+log = logging.getLogger("mcpauth.upstream")
+
 MAX_EMAIL = 320
 MAX_NAME = 200
+MAX_GROUPS = 100
+MAX_GROUP = 255
 
 
 @dataclass
@@ -45,6 +53,36 @@ def _email(value: object) -> str | None:
 def _verified(value: object) -> bool:
     # a few providers send the string "true" (OpenID Connect Core §5.1 says a boolean)
     return value is True or value == "true"
+
+
+def _groups(provider: UpstreamProvider, value: object) -> tuple[str, ...]:
+    """The group names of a ``groups`` claim: a list of strings or one string (none for
+    GitHub, whose user API has no groups)."""
+    if provider.kind == "github" or value is None:
+        return ()
+    listed = [value] if isinstance(value, str) else value if isinstance(value, list) else None
+    if listed is None:
+        log.warning("upstream %s: the groups claim is not a list of strings", provider.id)
+        return ()
+    names = [
+        item
+        for item in listed
+        if isinstance(item, str) and 0 < len(item) <= MAX_GROUP and item.isprintable()
+    ]
+    if len(names) < len(listed):
+        log.warning(
+            "upstream %s: %d of %d groups left out (not strings of 1 to %d printable characters)",
+            provider.id,
+            len(listed) - len(names),
+            len(listed),
+            MAX_GROUP,
+        )
+    unique = list(dict.fromkeys(names))
+    if len(unique) > MAX_GROUPS:
+        log.warning(
+            "upstream %s: %d groups sent, the first %d kept", provider.id, len(unique), MAX_GROUPS
+        )
+    return tuple(unique[:MAX_GROUPS])
 
 
 def _has(value: object, accepted: tuple[str, ...]) -> bool:
@@ -98,4 +136,5 @@ def admit(provider: UpstreamProvider, claims: dict[str, Any]) -> Claims:
         email=email,
         email_verified=verified if email is not None else False,
         name=_text(claims.get("name"), MAX_NAME),
+        groups=_groups(provider, claims.get("groups")),
     )

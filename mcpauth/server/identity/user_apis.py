@@ -3,9 +3,10 @@
 emails API (``GET /user/emails``: the primary address and whether GitHub verified it), or
 another provider's user API read through the provider's ``claim_mapping``. The answer becomes
 claims shaped like an ID token's (``iss`` the configured issuer, ``sub``, ``email``,
-``email_verified``, ``name``, and the API's own top-level fields for ``required_claims``), which
-the provider's policy then judges as for OpenID providers. An email address is never the
-identity; one the provider does not call verified counts as unverified."""
+``email_verified``, ``name``, ``groups`` (never GitHub's), and the API's own top-level fields
+for ``required_claims``), which the provider's policy then judges as for OpenID providers. An
+email address is never the identity; one the provider does not call verified counts as
+unverified."""
 
 from __future__ import annotations
 
@@ -151,6 +152,7 @@ def mapped_claims(config: UpstreamProvider, user: Mapping[str, Any]) -> dict[str
     """Claims from another provider's user API answer, through its ``claim_mapping``."""
     email = _path(user, config.claim_field("email"))
     name = _path(user, config.claim_field("name"))
+    groups = _path(user, config.claim_field("groups"))
     return {
         **_fields(user),
         "iss": config.issuer,
@@ -158,4 +160,5 @@ def mapped_claims(config: UpstreamProvider, user: Mapping[str, Any]) -> dict[str
         "email": email if isinstance(email, str) else None,
         "email_verified": _path(user, config.claim_field("email_verified")),
         "name": name if isinstance(name, str) else None,
+        "groups": groups,  # bounded as an ID token's are (accounts.admit)
     }

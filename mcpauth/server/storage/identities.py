@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import CursorResult, Table, delete, func, select
+from sqlalchemy import Connection, CursorResult, Table, delete, func, select
 from sqlmodel import Session
 
 from mcpauth.server.crypto import digest, new_id
@@ -73,6 +73,7 @@ class Claims:
     email: str | None
     email_verified: bool
     name: str | None
+    groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class AccountConflict(Exception):
 
 def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> SignedIn:
     """The account of (issuer, subject), made on first sign-in (just in time), with the claims
-    of this sign-in. A passwordless account of the same name (made for the same subject by the
+    of this sign-in, each replacing the last one's (groups too: one the provider no longer
+    sends is gone). A passwordless account of the same name (made for the same subject by the
     jwt-bearer grant) is the same person and is linked; nothing is ever linked by email.
 
     Raises:
@@ -119,13 +121,21 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
             created_at=now,
             last_login_at=now,
         )
+    _refresh(session, identity, claims, provider_id, now)
+    return SignedIn(identity.user_id, created)
+
+
+def _refresh(
+    session: Session, identity: UpstreamIdentity, claims: Claims, provider_id: str, now: int
+) -> None:
+    """An identity with the claims of this sign-in, each replacing the last one's."""
     identity.provider_id = provider_id
     identity.email = claims.email
     identity.email_verified = claims.email_verified
     identity.name = claims.name
+    identity.groups = list(claims.groups)  # replaced: a group the provider dropped is gone
     identity.last_login_at = now
     session.add(identity)
-    return SignedIn(identity.user_id, created)
 
 
 def display_name(session: Session, user: User) -> str:
@@ -143,6 +153,53 @@ def display_name(session: Session, user: User) -> str:
     if row is None:
         return user.username
     return str(row.email or row.name or user.username)
+
+
+@dataclass(frozen=True)
+class Person:
+    """An account as its tokens may describe it: its username, whether it signs in with a
+    password, and the claims of its most recent upstream sign-in (none: a local account, or
+    one made by the jwt-bearer grant that never signed in through a provider)."""
+
+    username: str
+    local: bool
+    email: str | None = None
+    email_verified: bool = False
+    name: str | None = None
+    groups: tuple[str, ...] = ()
+
+
+def person(conn: Connection | Session, user_id: str) -> Person | None:
+    """The account ``user_id`` with its current claims; None when no account has that id (a
+    client's own tokens name the client)."""
+    user = conn.execute(
+        select(_USERS.c.username, _USERS.c.password_hash).where(_USERS.c.id == user_id)
+    ).first()
+    if user is None:
+        return None
+    row = conn.execute(
+        select(
+            _IDENTITIES.c.email,
+            _IDENTITIES.c.email_verified,
+            _IDENTITIES.c.name,
+            _IDENTITIES.c.groups,
+        )
+        .where(_IDENTITIES.c.user_id == user_id)
+        .order_by(_IDENTITIES.c.last_login_at.desc(), _IDENTITIES.c.issuer, _IDENTITIES.c.subject)
+        .limit(1)
+    ).first()
+    local = has_password(str(user.password_hash))
+    if row is None:
+        return Person(str(user.username), local)
+    groups = row.groups if isinstance(row.groups, list) else []
+    return Person(
+        str(user.username),
+        local,
+        email=row.email,
+        email_verified=bool(row.email_verified),
+        name=row.name,
+        groups=tuple(str(group) for group in groups),
+    )
 
 
 def identities_by_provider(session: Session) -> dict[str, int]:
@@ -210,12 +267,7 @@ def link(session: Session, claims: Claims, provider_id: str, user_id: str, now: 
             created_at=now,
             last_login_at=now,
         )
-    identity.provider_id = provider_id
-    identity.email = claims.email
-    identity.email_verified = claims.email_verified
-    identity.name = claims.name
-    identity.last_login_at = now
-    session.add(identity)
+    _refresh(session, identity, claims, provider_id, now)
     return created
 
 

@@ -62,6 +62,9 @@ class Resource(SQLModel, table=True):
     default_scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     is_default: bool = False
     dpop_required: bool = False  # RFC 9449: only DPoP-bound tokens are issued for it
+    token_claims: list[str] = Field(  # the person's claims its access tokens carry
+        default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
+    )
     created_at: int
 
 
@@ -220,6 +223,9 @@ class UpstreamIdentity(SQLModel, table=True):
     email: str | None = Field(default=None, max_length=320)
     email_verified: bool = False
     name: str | None = Field(default=None, max_length=200)
+    groups: list[str] = Field(  # the group names of the last sign-in (JSON array)
+        default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
+    )
     created_at: int
     last_login_at: int
 

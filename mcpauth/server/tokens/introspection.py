@@ -16,6 +16,7 @@ from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.storage import grant_store
 from mcpauth.server.threads import run_blocking
+from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 
 INACTIVE: dict[str, Any] = {"active": False}
 
@@ -63,7 +64,10 @@ def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str,
     if hint != "refresh_token" and token.count(".") == 2:
         claims = access_token_claims(ctx, token)
         if claims is not None:
-            keep = ("scope", "client_id", "sub", "aud", "iss", "exp", "iat", "jti", "nbf", "cnf")
+            keep = (
+                *("scope", "client_id", "sub", "aud", "iss", "exp", "iat", "jti", "nbf", "cnf"),
+                *PERSON_CLAIMS,  # those the token's resource asked for (issuance.person_claims)
+            )
             return {
                 "active": True,
                 # RFC 9449 §6.2: a bound token says so, with the key in cnf.jkt

@@ -1,4 +1,6 @@
-"""Issuing tokens: RFC 9068 JWT access tokens and rotating refresh tokens."""
+"""Issuing tokens: RFC 9068 JWT access tokens and rotating refresh tokens. A person's access
+token carries the claims of their account that its resource asks for (``token_claims``, none
+by default), as the account holds them when the token is issued."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
-from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.database import Connection, Row
+from mcpauth.server.storage import grant_store, identities
+from mcpauth.server.storage.database import Connection, Row, Session
 from mcpauth.server.storage.models import Client, Resource
+
+# the claims about a person a resource may ask its access tokens to carry
+PERSON_CLAIMS = ("email", "email_verified", "name", "groups")
 
 
 @dataclass
@@ -107,8 +112,41 @@ def access_token_claims(
     return claims
 
 
-def for_grant(settings: Settings, grant: Row[Any], scopes: list[str], now: int) -> Issuance:
-    """An access token for a user's grant (its user, client and resource)."""
+def person_claims(
+    conn: Connection | Session, resource: Resource | None, user_id: str
+) -> dict[str, Any]:
+    """The claims about the person ``user_id`` that ``resource``'s access tokens carry (its
+    ``token_claims``), read now: those of the account's most recent upstream sign-in; a local
+    account's ``name`` is its username. A claim without a value is left out (``email_verified``
+    goes with an email only), and a subject that is no account (a client) gets none."""
+    wanted = resource.token_claims if resource is not None else []
+    if not wanted:
+        return {}
+    found = identities.person(conn, user_id)
+    if found is None:
+        return {}
+    values: dict[str, Any] = {
+        "email": found.email,
+        "email_verified": found.email_verified if found.email is not None else None,
+        "name": found.name or (found.username if found.local else None),
+        "groups": list(found.groups) or None,
+    }
+    return {
+        claim: values[claim]
+        for claim in PERSON_CLAIMS
+        if claim in wanted and values[claim] is not None
+    }
+
+
+def for_grant(
+    settings: Settings,
+    grant: Row[Any],
+    scopes: list[str],
+    now: int,
+    person: dict[str, Any] | None = None,
+) -> Issuance:
+    """An access token for a user's grant (its user, client and resource), with the claims
+    about the person its resource asks for (:func:`person_claims`)."""
     claims = access_token_claims(
         settings,
         subject=grant.user_id,
@@ -117,6 +155,7 @@ def for_grant(settings: Settings, grant: Row[Any], scopes: list[str], now: int) 
         scopes=scopes,
         now=now,
         grant_id=grant.id,
+        extra=person,
     )
     return Issuance(claims, scopes)
 

@@ -20,6 +20,7 @@ from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
     for_grant,
+    person_claims,
     require_proof,
 )
 
@@ -78,7 +79,8 @@ def _redeem(
     grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    issuance = for_grant(ctx.settings, grant, code.scope.split(), now)
+    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
+    issuance = for_grant(ctx.settings, grant, code.scope.split(), now, person)
     if jkt is not None:
         issuance.bind(jkt)
     if "refresh_token" in client.grant_types or code.offline:

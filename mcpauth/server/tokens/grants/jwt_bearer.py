@@ -28,7 +28,12 @@ from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.lookups import find_or_add_user
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.grants import workload
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.issuance import (
+    Issuance,
+    access_token_claims,
+    person_claims,
+    require_proof,
+)
 from mcpauth.uris import URIError, canonical_resource
 
 GRANT = JWT_BEARER
@@ -119,6 +124,7 @@ def issue(
             audit("replay.detected", kind="id_jag", client_id=client.client_id)
             raise InvalidGrant("The assertion was already used")
         user_id = find_or_add_user(session, username, now)
+        person = person_claims(session, resource, user_id)  # an ID-JAG names a person
     token = access_token_claims(
         ctx.settings,
         subject=user_id,
@@ -126,6 +132,7 @@ def issue(
         resource=resource.uri,
         scopes=scopes,
         now=now,
+        extra=person,
     )
     issuance = Issuance(token, scopes)
     if jkt is not None:

@@ -20,6 +20,7 @@ from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
     for_grant,
+    person_claims,
     require_proof,
 )
 
@@ -74,7 +75,8 @@ def _rotate(
         return error
     if not grant_store.rotate_refresh_token(conn, token.digest, now):
         return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
-    issuance = for_grant(ctx.settings, grant, scopes, now)
+    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
+    issuance = for_grant(ctx.settings, grant, scopes, now, person)
     if jkt is not None:
         issuance.bind(jkt)
     # RFC 6749 §6: the new refresh token keeps the original scope (and its DPoP key)

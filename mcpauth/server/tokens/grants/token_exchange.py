@@ -12,7 +12,8 @@ What the operator allows is part of the client's registration: ``exchange_from``
 whose tokens it may present, usually its own URL) and ``exchange_to`` (the resources it may get
 tokens for). The new token lives no longer than the subject token, carries its grant (revoking
 the user's grant revokes it too), has scopes of the target resource that the client may have,
-and gets no refresh token. Every exchange is audited.
+and gets no refresh token; it carries the claims about the person that the target resource asks
+for, read at the exchange. Every exchange is audited.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from mcpauth.server.tokens.issuance import (
     Issuance,
     UpstreamIssuance,
     access_token_claims,
+    person_claims,
     require_proof,
 )
 from mcpauth.uris import URIError, canonical_resource
@@ -157,6 +159,10 @@ def exchange(
     actor: dict[str, Any] = {"sub": client.client_id}
     if isinstance(subject.get("act"), dict):
         actor["act"] = subject["act"]  # RFC 8693 §4.1: the earlier actors, nested
+    person: dict[str, Any] = {}
+    if "gty" not in subject:  # a machine's token (client_credentials, workload) has none
+        with ctx.db.read() as session:
+            person = person_claims(session, resource, str(subject["sub"]))
     claims = access_token_claims(
         ctx.settings,
         subject=str(subject["sub"]),
@@ -165,7 +171,7 @@ def exchange(
         scopes=scopes,
         now=now,
         grant_id=subject.get("gid") if isinstance(subject.get("gid"), str) else None,
-        extra={"act": actor},
+        extra={**person, "act": actor},
     )
     claims["exp"] = min(claims["exp"], int(subject["exp"]))
     audit(
