@@ -119,6 +119,7 @@ issuer = "{corp}"
 client_id = "mcpauth-at-corp"
 client_secret_env = "CORP_SECRET"
 allowed_email_domains = ["example.com"]
+scopes = ["openid", "email", "profile", "groups"]  # as Okta: groups only when asked for
 
 [[mcpauth.upstream]]
 id = "other"
@@ -148,6 +149,10 @@ client_secret_file = "{folder / "other.secret"}"
                 "mcp:tools=Call the tools",
                 "--default-scope",
                 "mcp:tools",
+                "--claim",
+                "email",
+                "--claim",
+                "groups",
             ],
             env=env,
         )
@@ -212,6 +217,8 @@ def test_chromium_signs_in_through_the_provider_reaches_consent_and_the_app_gets
     claims = pyjwt.decode(token.json()["access_token"], options={"verify_signature": False})
     assert claims["sub"] == user["id"]
     assert claims["aud"] == RESOURCE
+    # the resource asks for the person's email and groups, as the provider's ID token had them
+    assert (claims["email"], claims["groups"]) == ("alice@example.com", ["mcp-users"])
 
 
 def test_a_person_from_another_email_domain_gets_a_plain_page_and_no_account(
