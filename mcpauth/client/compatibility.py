@@ -38,11 +38,15 @@ class ServerCompatibility:
     server's scope(s) for it (space-separated; ``""`` leaves it out). ``scope_prefix``: put in
     front of every other scope that is not an OpenID Connect one (``openid``, ``profile``,
     ``email``, ``offline_access``…). ``assume_pkce_s256``: use PKCE S256 although the server's
-    metadata does not list it (only for a server documented to support it).
+    metadata does not list it (only for a server documented to support it). ``issuer``: the
+    authorization server these settings are for; any other is refused before anything is sent
+    (so a policy shared by programs talking to several MCP servers never sends one server's
+    token request, and its token, the way meant for another).
     """
 
     send_resource: bool = True
     resource: str | None = None
+    issuer: str | None = None
     scope_map: Mapping[str, str] = field(default_factory=dict)
     scope_prefix: str = ""
     assume_pkce_s256: bool = False
@@ -63,14 +67,16 @@ class ServerCompatibility:
         object.__setattr__(self, "scope_map", MappingProxyType(dict(self.scope_map)))
 
     @classmethod
-    def entra_id(cls, application_id_uri: str) -> ServerCompatibility:
+    def entra_id(cls, application_id_uri: str, issuer: str | None = None) -> ServerCompatibility:
         """Microsoft Entra ID's v2.0 endpoints: no ``resource``, every MCP scope as
         ``<application ID URI>/<scope>`` (``api://<application id>`` unless the API's
-        registration set another), S256 although its metadata does not say so."""
+        registration set another), S256 although its metadata does not say so; ``issuer``
+        (``https://login.microsoftonline.com/<tenant id>/v2.0``) limits it to that tenant."""
         return cls(
             send_resource=False,
             scope_prefix=application_id_uri.rstrip("/") + "/",
             assume_pkce_s256=True,
+            issuer=issuer,
         )
 
     def resource_for(self, resource: str) -> str | None:

@@ -25,11 +25,17 @@ from typing import Any
 from mcpauth.client._http import MCP_PROTOCOL_VERSION, HTTPRequest, HTTPResponse
 from mcpauth.client.authorization import build_authorization, parse_callback, select_scope
 from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
+from mcpauth.client.compatibility import ServerCompatibility
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery, discover
 from mcpauth.client.dpop_state import DPoPState, asks_for_nonce
 from mcpauth.client.enterprise import exchange_for_id_jag
-from mcpauth.client.errors import LoginRequired, RegistrationError, TokenRequestFailed
+from mcpauth.client.errors import (
+    IssuerMismatch,
+    LoginRequired,
+    RegistrationError,
+    TokenRequestFailed,
+)
 from mcpauth.client.options import (
     AuthorizationCodeGrant,
     Grant,
@@ -319,7 +325,7 @@ class OAuthFlow:
         elif not isinstance(grant, AuthorizationCodeGrant):
             form = client_credentials_form(resource=discovery.resource, scope=scope)
         else:
-            compatible = self.config.policy.compatibility
+            compatible = self._compatibility(discovery)
             pending = build_authorization(
                 metadata,
                 issuer=discovery.issuer,
@@ -341,6 +347,20 @@ class OAuthFlow:
 
     # -- DPoP --------------------------------------------------------------------------------
 
+    def _compatibility(self, discovery: Discovery) -> ServerCompatibility:
+        """The policy's compatibility, if it is for this authorization server.
+
+        Raises:
+            IssuerMismatch: it names another server (``ServerCompatibility(issuer=...)``).
+        """
+        compatible = self.config.policy.compatibility
+        if compatible.issuer is not None and compatible.issuer != discovery.issuer:
+            raise IssuerMismatch(
+                f"the compatibility settings are for {compatible.issuer}, "
+                f"not for {discovery.issuer}: nothing was sent"
+            )
+        return compatible
+
     def _token_call(
         self,
         discovery: Discovery,
@@ -355,7 +375,7 @@ class OAuthFlow:
             TokenRequestFailed: refused, or unbound tokens while the policy requires DPoP.
         """
         key = yield from self._dpop_key(discovery)
-        compatible = self.config.policy.compatibility
+        compatible = self._compatibility(discovery)
         form = compatible.token_form(form)
 
         def build() -> HTTPRequest:

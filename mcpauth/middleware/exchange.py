@@ -57,7 +57,7 @@ class TokenExchanger(AsyncClosing):
         self._token_endpoint = check_fetch_url(token_endpoint) if token_endpoint else None
         self._http = LazyClient(http)
         self._max_entries = max_entries
-        self._cache: OrderedDict[tuple[bytes, str, str], tuple[str, float]] = OrderedDict()
+        self._cache: OrderedDict[tuple[bytes, str, str, str], tuple[str, float]] = OrderedDict()
         self._lock = anyio.Lock()
 
     async def _endpoint(self) -> str:
@@ -103,11 +103,15 @@ class TokenExchanger(AsyncClosing):
         subject = subject_token or identity.subject_token()
         if subject is None:
             raise NoCaller("a token exchange needs a request the middleware authenticated")
-        key = (
-            hashlib.sha256(subject.encode()).digest(),
-            target.get("resource") or "upstream:" + target["audience"],
-            target.get("scope", ""),
+        kind, name = (
+            ("resource", target["resource"])
+            if "resource" in target
+            else (
+                "audience",
+                target["audience"],
+            )
         )
+        key = (hashlib.sha256(subject.encode()).digest(), kind, name, target.get("scope", ""))
         now = time.time()
         cached = self._cache.get(key)
         if cached is not None and cached[1] > now:

@@ -9,6 +9,7 @@ a file), never written here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -58,17 +59,29 @@ def _providers(section: Any) -> AoT:
 
 
 def _replace(path: Path, doc: tomlkit.TOMLDocument, load: Load) -> Settings:
-    """Validate the changed document as a whole, then put it in place atomically."""
-    folder = path.resolve().parent
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    """Validate the changed document as a whole, then put it in place atomically: written and
+    synced beside the real file (a symbolic link is followed, not replaced), with its mode and,
+    where this user may, its owner, then renamed over it."""
+    real = path.resolve()
+    handle, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
     candidate = Path(name)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(tomlkit.dumps(doc))
+            out.flush()
+            os.fsync(out.fileno())
         settings = load(candidate)
-        if path.exists():
-            os.chmod(candidate, path.stat().st_mode & 0o777)
-        os.replace(candidate, path)
+        if real.exists():
+            status = real.stat()
+            os.chmod(candidate, status.st_mode & 0o777)
+            with contextlib.suppress(PermissionError):
+                os.chown(candidate, status.st_uid, status.st_gid)
+        os.replace(candidate, real)
+        folder = os.open(real.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     finally:
         candidate.unlink(missing_ok=True)
     return settings

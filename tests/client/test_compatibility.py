@@ -23,6 +23,7 @@ from mcpauth.client import (
     AuthorizationFailed,
     CallableRedirectHandler,
     ClientCredentials,
+    IssuerMismatch,
     MemoryStorage,
     OAuth,
     PKCENotSupported,
@@ -154,6 +155,24 @@ def test_entra_id_sign_in_refresh_and_step_up_work_with_its_compatibility(
     )
     assert len(entra.authorize_requests) == 2
     assert entra.refusals == []
+
+
+def test_compatibility_for_another_authorization_server_sends_nothing(
+    entra: EntraLike, user: httpx.Client
+) -> None:
+    """A policy meant for one tenant, met by another server: refused before any request, so
+    no token meant for that tenant's API is asked for on another MCP server's behalf."""
+    elsewhere = ServerCompatibility.entra_id(APP, issuer="https://login.example.com/t-2/v2.0")
+    with (
+        client(entra, user, compatibility=elsewhere) as http,
+        pytest.raises(IssuerMismatch, match="not for"),
+    ):
+        http.post(entra.resource, json={})
+    assert entra.authorize_requests == []
+    assert entra.token_requests == []
+    here = ServerCompatibility.entra_id(APP, issuer=entra.base)
+    with client(entra, user, compatibility=here) as http:
+        assert http.post(entra.resource, json={}).status_code == 200
 
 
 def test_a_server_that_refuses_resource_refuses_the_mcp_default(

@@ -11,12 +11,14 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from starlette.applications import Starlette
 
 from mcpauth.server.browser.account_links import LINK_MAX_AGE
+from mcpauth.server.storage import identities
 from mcpauth.server.storage.models import UpstreamIdentity, UpstreamToken, User
 
-from ..oauth import follow, forms
+from ..oauth import follow, forms, query
 from .conftest import PASSWORD, add_user
 from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
     Clock,
@@ -248,3 +250,106 @@ async def test_removing_a_provider_unless_it_is_the_last_way_in(
         last = await fed.post(urljoin(str(mine.url), form.action), data=form.fields)
         refused(last, 409, "only way you can sign in", None)
     assert [s for s, _, _ in identities_of(app)] == ["carol-7"]
+
+
+async def test_the_link_asks_the_provider_to_authenticate_the_person_again(
+    app: Starlette,
+    http: httpx.AsyncClient,
+) -> None:
+    started = await press_link(http, await account_page(http))
+    assert query(started.headers["location"])["prompt"] == "login"
+
+
+async def test_removing_needs_a_recent_sign_in_too(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    idp: FakeProvider,  # noqa: F811
+    clock: Clock,  # noqa: F811
+) -> None:
+    await link(http, idp)
+    page = await account_page(http)
+    remove = next(f for f in forms(page.text) if f.action.endswith("/account/unlink"))
+    clock.now += LINK_MAX_AGE + 1
+    later = await http.get("/account")
+    assert "Remove Example IdP" not in later.text
+    assert "sign out and sign in again" in later.text
+    refused(
+        await http.post(urljoin(str(page.url), remove.action), data=remove.fields),
+        403,
+        "Removing a way to sign in needs a sign-in in the last 15 minutes",
+        None,
+    )
+    assert len(identities_of(app)) == 1
+
+
+async def test_a_removed_identity_never_reaches_the_account_it_made_again(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    idp: FakeProvider,  # noqa: F811
+    other_idp: FakeProvider,  # noqa: F811
+) -> None:
+    """Carol's account was made by Example IdP; she links Other IdP and removes Example IdP.
+    Signing in through Example IdP as carol-7 then makes a new account: it does not find hers
+    by the name it once gave it."""
+    carol = await provider_sign_in(app, http, idp, "idp", sub="carol-7")
+    started = await press_link(http, await http.get("/account"), "other")
+    assert (
+        await come_back(http, other_idp.approve(started.headers["location"]), "other")
+    ).status_code == 303
+    page = await http.get("/account")
+    remove = next(
+        f
+        for f in forms(page.text)
+        if f.action.endswith("/unlink") and f.fields["provider_id"] == "idp"
+    )
+    assert (
+        await http.post(urljoin(str(page.url), remove.action), data=remove.fields)
+    ).status_code == 303
+    assert identities_of(app) == [("alice-0001", carol, "other")]
+    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as again:
+        someone = await provider_sign_in(app, again, idp, "idp", sub="carol-7")
+    assert someone != carol
+    assert sorted(identities_of(app)) == sorted(
+        [("alice-0001", carol, "other"), ("carol-7", someone, "idp")]
+    )
+
+
+def test_only_configured_providers_count_as_a_way_in_and_one_identity_per_issuer(
+    app: Starlette,
+) -> None:
+    ctx = app.state.mcpauth
+    with ctx.db.write() as session:
+        claims = identities.Claims("https://idp.example", "dave-1", None, False, None)
+        dave = identities.sign_in(session, claims, "idp", 1).user_id
+        session.add(
+            UpstreamIdentity(
+                issuer="https://gone.example", subject="dave-2", user_id=dave,
+                provider_id="gone", created_at=1, last_login_at=1,
+            )
+        )  # fmt: skip
+    with pytest.raises(identities.LastWayIn), ctx.db.write() as session:
+        identities.unlink(session, dave, "idp", {provider.id for provider in ctx.upstream})
+    with pytest.raises(IntegrityError), ctx.db.write() as session:  # the unique index
+        session.add(
+            UpstreamIdentity(
+                issuer="https://idp.example", subject="dave-3", user_id=dave,
+                provider_id="idp", created_at=1, last_login_at=1,
+            )
+        )  # fmt: skip
+    assert len([i for i in identities_of(app) if i[1] == dave]) == 2
+
+
+async def provider_sign_in(
+    app: Starlette, http: httpx.AsyncClient, fake: FakeProvider, provider: str, **claims: Any
+) -> str:
+    """Sign in on /account through a provider alone; the account's id."""
+    login = await http.get("/account")
+    button = next(f for f in forms(login.text) if f.action.endswith(f"/upstream/{provider}/login"))
+    started = await http.post(urljoin(str(login.url), button.action), data=button.fields)
+    back = await come_back(http, fake.approve(started.headers["location"], **claims), provider)
+    assert back.status_code == 303, back.text
+    with app.state.mcpauth.db.read() as session:
+        row = session.execute(
+            select(UpstreamIdentity).where(UpstreamIdentity.subject == claims["sub"])
+        ).scalar_one()
+    return str(row.user_id)

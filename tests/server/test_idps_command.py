@@ -166,3 +166,25 @@ def test_the_readme_s_command_makes_the_readme_s_table(env: dict[str, str], tmp_
     (ours,) = load_settings(config_file=written, environ=environ).upstream
     (theirs,) = load_settings(config_file=by_hand, environ=environ).upstream
     assert ours == theirs
+
+
+def test_a_symbolic_link_is_followed_and_the_real_file_changed(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """As with a configuration mounted through a link (a Kubernetes ConfigMap): the link stays,
+    the file it points to gets the provider."""
+    real = Path(env["MCPAUTH_CONFIG"])
+    link = tmp_path / "linked.toml"
+    link.symlink_to(real)
+    added = run_cli(
+        ["idps", "add", "kc", "--name", "Keycloak", "--issuer", "https://kc.example.com/realms/a",
+         "--client-id", "mcpauth", "--config", str(link)],
+        env={**env, "MCPAUTH_CONFIG": ""},
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert link.is_symlink()
+    assert [p["id"] for p in tomllib.loads(real.read_text())["mcpauth"]["upstream"]] == [
+        "corp",
+        "kc",
+    ]
+    assert real.stat().st_mode & 0o777 == 0o640

@@ -13,6 +13,7 @@ from urllib.parse import urljoin
 
 import httpx
 import httpx2
+import jwt as pyjwt
 import pytest
 from sqlmodel import select
 from starlette.applications import Starlette
@@ -305,3 +306,56 @@ async def test_a_refresh_that_lost_a_race_returns_what_the_winner_kept(
     )
     assert opened is not None
     assert opened.refresh_token == "winner-refresh"
+
+
+async def test_tokens_deleted_while_a_refresh_runs_stay_deleted(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    clock: Clock,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    """The person revokes the application on /account while an exchange is refreshing at the
+    provider: the refreshed tokens are not written back, and nothing is handed out."""
+    subject = await signed_in(http, client_id, idp)
+    (row,) = rows(app)
+
+    async def revoked_meanwhile(request: httpx2.Request) -> httpx2.Response:
+        with app.state.mcpauth.db.write() as session:
+            upstream_tokens.forget(session, row.user_id)
+        return idp.token(request)
+
+    idp.token_response = revoked_meanwhile
+    clock.now += 290
+    answer = await exchange(http, mcp_server, subject)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "invalid_grant"
+    assert idp.token_requests[-1]["grant_type"] == "refresh_token"
+    assert rows(app) == []
+
+
+async def test_a_machine_s_token_has_no_upstream_token_and_none_outlives_the_caller_s(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    mcp_server: dict[str, Any],
+) -> None:
+    subject = await signed_in(http, client_id, idp)
+    answer = await exchange(http, mcp_server, subject)
+    assert answer.status_code == 200, answer.text
+    caller = pyjwt.decode(subject, options={"verify_signature": False})
+    assert answer.json()["expires_in"] <= caller["exp"] - caller["iat"]
+    bot = admin.add_client(
+        app.state.mcpauth, name="bot", grant_types=["client_credentials"], scopes=["mcp:tools"]
+    )
+    machine = await http.post(
+        "/token",
+        data={"grant_type": "client_credentials", "resource": RESOURCE},
+        auth=(bot["client_id"], bot["client_secret"]),
+    )
+    assert machine.status_code == 200, machine.text
+    refused = await exchange(http, mcp_server, machine.json()["access_token"])
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_request"

@@ -9,7 +9,8 @@ this session is signed in to. Linking needs a sign-in in the last :data:`LINK_MA
 checked when the link starts and again when the provider's answer comes back, so a session left
 open, or stolen, cannot add a way in. An identity that already signs in to another account is
 never moved; an account has at most one identity per provider. "Remove" unlinks a provider
-(and deletes the tokens kept from it) unless it is the account's last way to sign in.
+(and deletes the tokens kept from it), also only after a recent sign-in, unless it is the
+account's last way to sign in.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class SignInMethods:
     link_token: str
     unlink_action: str
     unlink_token: str
-    relink_note: bool  # providers could be linked after a fresh sign-in
+    relink_note: bool  # providers could be linked or removed after a fresh sign-in
+    can_remove: bool  # the sign-in is recent enough to remove one
 
     @property
     def shown(self) -> bool:
@@ -168,7 +170,8 @@ def sign_in_methods(
         link_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, upstream_purpose(LINK)),
         unlink_action=ctx.endpoint_url("account/unlink"),
         unlink_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, UNLINK_PURPOSE),
-        relink_note=bool(unlinked) and not recent,
+        relink_note=bool(unlinked or linked) and not recent,
+        can_remove=recent,
     )
 
 
@@ -177,8 +180,9 @@ def sign_in_methods(
 
 
 def _unlink(ctx: ServerContext, user_id: str, provider_id: str) -> int:
+    configured = {provider.id for provider in ctx.upstream}
     with ctx.db.write() as session:
-        removed = identities.unlink(session, user_id, provider_id)
+        removed = identities.unlink(session, user_id, provider_id, configured)
         if removed:
             upstream_tokens.forget(session, user_id, provider_id)
     return removed
@@ -207,6 +211,18 @@ async def unlink(request: Request) -> Response:
             "The account page had expired, so nothing was removed.",
             403,
             title="This page has expired",
+            back_url=account,
+            back_label="Back to your account",
+        )
+    stale = may_link(browser, ctx.now())  # removing a way in needs a recent sign-in too
+    if stale is not None:
+        return error_page(
+            "access_denied",
+            "Removing a way to sign in needs a sign-in in the last "
+            f"{LINK_MAX_AGE // 60} minutes, so nothing was removed. Sign out, sign in again, "
+            "and remove it then.",
+            403,
+            title="Sign in again to remove",
             back_url=account,
             back_label="Back to your account",
         )

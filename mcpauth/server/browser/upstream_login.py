@@ -124,6 +124,7 @@ async def _start(
         refusal = account_links.may_link(browser, now)
         if refusal is not None:
             return refusal_page(ctx.settings, refusal, target)
+        prompt = "login"  # the person proves the identity now, not an old session there
     elif target != ACCOUNT:
         pending = await run_blocking(_pending_interaction, ctx.db, ctx.now(), target, browser.sid)
         if pending is None:

@@ -2,9 +2,10 @@
 provider's policy (allowed email domains, which need ``email_verified``; required claim values)
 decides before any account exists; the email, its verification, the name and the groups are
 taken as the token says them, bounded to their columns: at most ``MAX_GROUPS`` group names of
-at most ``MAX_GROUP`` printable characters (the first ones in the provider's order; a longer
-list is cut there, and a name that is not such a string is left out, each with a warning that
-names the provider and the counts, never a group)."""
+at most ``MAX_GROUP`` printable characters, together at most ``MAX_GROUPS_BYTES`` in a token
+(the first ones in the provider's order; a longer list is cut there, and a name that is not such
+a string is left out, each with a warning that names the provider and the counts, never a
+group)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ MAX_EMAIL = 320
 MAX_NAME = 200
 MAX_GROUPS = 100
 MAX_GROUP = 255
+MAX_GROUPS_BYTES = 4096  # of a token: a header of 8 KiB or more is refused by many servers
 
 
 @dataclass
@@ -78,11 +80,23 @@ def _groups(provider: UpstreamProvider, value: object) -> tuple[str, ...]:
             MAX_GROUP,
         )
     unique = list(dict.fromkeys(names))
-    if len(unique) > MAX_GROUPS:
+    kept: list[str] = []
+    size = 0
+    for name in unique[:MAX_GROUPS]:
+        size += len(name.encode()) + 3  # as a JSON string in a token, with its comma
+        if size > MAX_GROUPS_BYTES:
+            break
+        kept.append(name)
+    if len(kept) < len(unique):
         log.warning(
-            "upstream %s: %d groups sent, the first %d kept", provider.id, len(unique), MAX_GROUPS
+            "upstream %s: %d groups sent, the first %d kept (at most %d, %d bytes)",
+            provider.id,
+            len(unique),
+            len(kept),
+            MAX_GROUPS,
+            MAX_GROUPS_BYTES,
         )
-    return tuple(unique[:MAX_GROUPS])
+    return tuple(kept)
 
 
 def _has(value: object, accepted: tuple[str, ...]) -> bool:

@@ -95,6 +95,27 @@ def fresh_tokens(
         raise UpstreamUnavailable("refresh_without_token")
     if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid when not rotated
         fresh = replace(fresh, refresh_token=refresh_token)
+    return _store_refreshed(db, key, user_id, provider.id, sealed, fresh, now)
+
+
+def _store_refreshed(
+    db: Database,
+    key: bytes,
+    user_id: str,
+    provider_id: str,
+    sealed: str,
+    fresh: UpstreamTokens,
+    now: int,
+) -> UpstreamTokens:
+    """Keep refreshed tokens in place of the ones the refresh started from, unless those went
+    meanwhile: deleted (the person revoked the application, removed the provider or the
+    account: they stay deleted) or rotated by another request (whose tokens are returned)."""
     with db.write() as session:
-        upstream_tokens.keep(session, key, user_id, provider.id, fresh, now)
-    return fresh
+        if upstream_tokens.replace_if_unchanged(
+            session, key, user_id, provider_id, sealed, fresh, now
+        ):
+            return fresh
+        newer = upstream_tokens.kept(session, key, user_id, provider_id)
+    if newer is not None and _usable(newer, now):
+        return newer
+    raise TokensGone("deleted_meanwhile")

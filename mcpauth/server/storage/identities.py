@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, CursorResult, Table, delete, func, select
+from sqlalchemy import Connection, CursorResult, Table, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from mcpauth.server.crypto import digest, new_id
@@ -94,7 +95,8 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
     jwt-bearer grant) is the same person and is linked; nothing is ever linked by email.
 
     Raises:
-        AccountConflict: an account with a password holds the name.
+        AccountConflict: an account with a password, or with identities of its own, holds the
+            name.
     """
     identity = session.get(UpstreamIdentity, (claims.issuer, claims.subject))
     created = False
@@ -103,7 +105,11 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
         same_name = session.execute(
             select(_USERS.c.id, _USERS.c.password_hash).where(_USERS.c.username == username)
         ).first()
-        if same_name is not None and has_password(same_name.password_hash):
+        if same_name is not None and (
+            has_password(same_name.password_hash) or _has_identities(session, same_name.id)
+        ):
+            # a password account, or one that signs in through other identities (this one was
+            # removed from it): never taken over by the name alone
             raise AccountConflict(username)
         if same_name is None:
             user_id = new_id()
@@ -123,6 +129,13 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
         )
     _refresh(session, identity, claims, provider_id, now)
     return SignedIn(identity.user_id, created)
+
+
+def _has_identities(session: Session, user_id: str) -> bool:
+    found = session.execute(
+        select(_IDENTITIES.c.subject).where(_IDENTITIES.c.user_id == user_id).limit(1)
+    ).first()
+    return found is not None
 
 
 def _refresh(
@@ -268,6 +281,10 @@ def link(session: Session, claims: Claims, provider_id: str, user_id: str, now: 
             last_login_at=now,
         )
     _refresh(session, identity, claims, provider_id, now)
+    try:
+        session.flush()  # the unique (user_id, issuer) index: a link that raced another
+    except IntegrityError as exc:
+        raise ProviderTaken(provider_id) from exc
     return created
 
 
@@ -286,26 +303,43 @@ def linked_identities(session: Session, user_id: str) -> list[LinkedIdentity]:
     return [LinkedIdentity(r.provider_id, r.email, r.name, r.created_at) for r in rows]
 
 
-def unlink(session: Session, user_id: str, provider_id: str) -> int:
-    """Remove the account's identities at ``provider_id``; how many were removed.
+def unlink(session: Session, user_id: str, provider_id: str, configured: set[str]) -> int:
+    """Remove the account's identities at ``provider_id``; how many were removed. The account's
+    row is locked first (PostgreSQL; SQLite writes one at a time), so two removals at once
+    cannot both pass the check below. An account named after a removed identity (made by it,
+    just in time) is renamed, so that identity can never reach it again by the name.
 
     Raises:
-        LastWayIn: the account has no password and no other identity.
+        LastWayIn: the account would keep no password and no identity at a provider still
+            configured (``configured``: their ids).
     """
+    user = session.execute(
+        select(_USERS.c.username, _USERS.c.password_hash)
+        .where(_USERS.c.id == user_id)
+        .with_for_update()
+    ).first()
+    if user is None:
+        return 0
     mine = session.execute(
-        select(_IDENTITIES.c.provider_id).where(_IDENTITIES.c.user_id == user_id)
+        select(_IDENTITIES.c.provider_id, _IDENTITIES.c.issuer, _IDENTITIES.c.subject).where(
+            _IDENTITIES.c.user_id == user_id
+        )
     ).all()
     removed = [row for row in mine if row.provider_id == provider_id]
     if not removed:
         return 0
-    password = session.execute(
-        select(_USERS.c.password_hash).where(_USERS.c.id == user_id)
-    ).scalar_one_or_none()
-    if len(removed) == len(mine) and not (password and has_password(password)):
+    others = [
+        row for row in mine if row.provider_id != provider_id and row.provider_id in configured
+    ]
+    if not others and not has_password(user.password_hash):
         raise LastWayIn(provider_id)
-    result = session.execute(
+    session.execute(
         delete(_IDENTITIES).where(
             _IDENTITIES.c.user_id == user_id, _IDENTITIES.c.provider_id == provider_id
         )
     )
-    return result.rowcount if isinstance(result, CursorResult) else len(removed)
+    if user.username in {local_username(row.issuer, row.subject) for row in removed}:
+        session.execute(
+            update(_USERS).where(_USERS.c.id == user_id).values(username=f"account#{user_id}")
+        )
+    return len(removed)

@@ -215,6 +215,9 @@ class UpstreamIdentity(SQLModel, table=True):
     in to; the claims are those of their last sign-in."""
 
     __tablename__ = "upstream_identities"
+    __table_args__ = (  # one identity per issuer per account (migration 0012)
+        Index("ix_upstream_identities_user_issuer", "user_id", "issuer", unique=True),
+    )
 
     issuer: str = Field(primary_key=True, max_length=300)
     subject: str = Field(primary_key=True, max_length=255)

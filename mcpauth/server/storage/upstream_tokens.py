@@ -12,7 +12,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Table, delete
+from sqlalchemy import Table, delete, update
 from sqlmodel import Session
 
 from mcpauth.server.storage.models import UpstreamToken
@@ -98,6 +98,34 @@ def kept_sealed(
         return None
     tokens = unseal(key, user_id, provider_id, row.sealed)
     return (tokens, row.sealed) if tokens is not None else None
+
+
+def replace_if_unchanged(
+    session: Session,
+    key: bytes,
+    user_id: str,
+    provider_id: str,
+    sealed: str,
+    tokens: UpstreamTokens,
+    now: int,
+) -> bool:
+    """Replace a person's tokens at a provider only if the row still holds ``sealed`` (what
+    the refresh started from): tokens deleted meanwhile (the person revoked the application,
+    removed the provider or the account) stay deleted. Whether the row was replaced."""
+    result = session.execute(
+        update(_TABLE)
+        .where(
+            _TABLE.c.user_id == user_id,
+            _TABLE.c.provider_id == provider_id,
+            _TABLE.c.sealed == sealed,
+        )
+        .values(
+            sealed=seal(key, user_id, provider_id, tokens),
+            expires_at=tokens.expires_at,
+            updated_at=now,
+        )
+    )
+    return int(getattr(result, "rowcount", 0) or 0) == 1
 
 
 def forget_if_unchanged(session: Session, user_id: str, provider_id: str, sealed: str) -> bool:

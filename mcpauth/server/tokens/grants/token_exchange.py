@@ -100,6 +100,8 @@ def _upstream_token(
         TemporarilyUnavailable: the provider could not be reached.
     """
     config = provider.config
+    if subject.get("gty"):
+        raise InvalidRequest("A machine's token has no person's upstream token behind it")
     if not config.keep_tokens or subject["aud"] not in config.release_to:
         raise InvalidTarget(f"{provider.id} tokens are not released to {subject['aud']}")
     user_id, now = str(subject["sub"]), ctx.now()
@@ -119,7 +121,8 @@ def _upstream_token(
         to_upstream=provider.id,
     )
     return UpstreamIssuance(
-        {"exp": tokens.expires_at or now + 3600, "iat": now},
+        # never outlives the caller's token (nor an hour, when the provider names no expiry)
+        {"exp": min(tokens.expires_at or now + 3600, int(subject["exp"])), "iat": now},
         [],
         issued_token_type=ACCESS_TOKEN_TYPE,
         upstream_access_token=tokens.access_token,
@@ -160,7 +163,9 @@ def exchange(
     if isinstance(subject.get("act"), dict):
         actor["act"] = subject["act"]  # RFC 8693 §4.1: the earlier actors, nested
     person: dict[str, Any] = {}
-    if "gty" not in subject:  # a machine's token (client_credentials, workload) has none
+    if "gty" in subject:  # a machine's token: the exchanged one stays marked as a machine's
+        person = {"gty": subject["gty"]}
+    else:  # a person's: their claims, as the target resource asks
         with ctx.db.read() as session:
             person = person_claims(session, resource, str(subject["sub"]))
     claims = access_token_claims(
