@@ -111,6 +111,19 @@ def client_view_of(client: Client) -> ClientView:
     )
 
 
+# what a resource's tokens tell it about the person (resources.token_claims), in words
+_SHARED = {
+    "email": "your email address",
+    "email_verified": "whether it is verified",
+    "name": "your name",
+    "groups": "the groups you belong to",
+}
+
+
+def _in_words(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
 def _consent_page(
     ctx: ServerContext,
     browser: BrowserSession,
@@ -126,6 +139,10 @@ def _consent_page(
         )
         shown_name = identities.display_name(session, user) if user else ""
     descriptions = resource.scopes if resource else {}
+    claims = set(resource.token_claims) if resource else set()
+    shared = [words for claim, words in _SHARED.items() if claim in claims]
+    if "email_verified" in claims and "email" not in claims:
+        shared[shared.index(_SHARED["email_verified"])] = "whether your email address is verified"
     view = client_view_of(client)
     new = [s for s in req.scopes if s not in granted]
     return render(
@@ -142,6 +159,7 @@ def _consent_page(
         step_up=bool(granted) and bool(new) and req.prompt != "consent",
         again=bool(granted) and not new,
         offline=req.offline,
+        shared=_in_words(shared),
         redirect=redirect_view(req.redirect_uri),  # always shown
         loopback_only=all_loopback(client.redirect_uris),
         action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
