@@ -119,16 +119,20 @@ def sign_in(session: Session, claims: Claims, provider_id: str, now: int) -> Sig
             created = True
         else:
             user_id = str(same_name.id)
-        identity = UpstreamIdentity(
-            issuer=claims.issuer,
-            subject=claims.subject,
-            user_id=user_id,
-            provider_id=provider_id,
-            created_at=now,
-            last_login_at=now,
-        )
+        identity = _new_identity(claims, user_id, provider_id, now)
     _refresh(session, identity, claims, provider_id, now)
     return SignedIn(identity.user_id, created)
+
+
+def _new_identity(claims: Claims, user_id: str, provider_id: str, now: int) -> UpstreamIdentity:
+    return UpstreamIdentity(
+        issuer=claims.issuer,
+        subject=claims.subject,
+        user_id=user_id,
+        provider_id=provider_id,
+        created_at=now,
+        last_login_at=now,
+    )
 
 
 def _has_identities(session: Session, user_id: str) -> bool:
@@ -272,14 +276,7 @@ def link(session: Session, claims: Claims, provider_id: str, user_id: str, now: 
         ).first()
         if other is not None:
             raise ProviderTaken(provider_id)
-        identity = UpstreamIdentity(
-            issuer=claims.issuer,
-            subject=claims.subject,
-            user_id=user_id,
-            provider_id=provider_id,
-            created_at=now,
-            last_login_at=now,
-        )
+        identity = _new_identity(claims, user_id, provider_id, now)
     _refresh(session, identity, claims, provider_id, now)
     try:
         session.flush()  # the unique (user_id, issuer) index: a link that raced another
