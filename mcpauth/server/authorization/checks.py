@@ -97,6 +97,27 @@ def machine_scopes(resource: Resource, client: Client) -> list[str]:
     ]
 
 
+def scopes_without_refresh(
+    requested: list[str] | None,
+    resource: Resource,
+    client: Client,
+    refused: str = "offline_access makes no sense without a user",
+) -> list[str]:
+    """The scopes of a token that comes without a refresh token (a machine's own, or an
+    exchanged one): those asked for, else :func:`machine_scopes`.
+
+    Raises:
+        InvalidScope: ``offline_access`` among them (``refused`` says why), or a scope unknown
+            for the resource or not allowed for the client.
+    """
+    if requested is None:
+        requested = machine_scopes(resource, client)
+    if OFFLINE_ACCESS in requested:
+        raise InvalidScope(refused)
+    scopes, _ = resolve_scopes(requested, resource, client, offline_enabled=False)
+    return scopes
+
+
 def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
     """A token request's optional ``resource`` names the resource already granted (RFC 8707
     §2.2: a code, refresh token or assertion is bound to it); ``difference`` says how not.

@@ -4,7 +4,7 @@ client's allowed scopes; the resource validated as in the code flow."""
 
 from __future__ import annotations
 
-from mcpauth.errors import InvalidScope, UnauthorizedClient
+from mcpauth.errors import UnauthorizedClient
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
@@ -35,11 +35,7 @@ def issue(
     requested = checks.parse_scope(form.get("scope"))
     resource = checks.resolve_resource(resources or ctx.resources.current(), form.get("resource"))
     require_proof(client, resource, jkt)
-    if requested is None:
-        requested = checks.machine_scopes(resource, client)
-    if checks.OFFLINE_ACCESS in requested:
-        raise InvalidScope("offline_access makes no sense without a user")
-    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    scopes = checks.scopes_without_refresh(requested, resource, client)
     now = ctx.now()
     claims = access_token_claims(
         ctx.settings,

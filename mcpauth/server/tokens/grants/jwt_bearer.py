@@ -20,10 +20,10 @@ from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
-from mcpauth.server.crypto import digest
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
+from mcpauth.server.storage import identities
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.lookups import find_or_add_user
 from mcpauth.server.storage.models import Client
@@ -78,8 +78,9 @@ def _check_claims(
 
 
 def local_username(issuer: str, subject: str) -> str:
-    """The local username standing for an identity provider's subject: ``issuer#subject``, or
-    ``issuer#sha256:<digest>`` when that would not fit the users.username column.
+    """The local username standing for an identity provider's subject, the one an upstream
+    sign-in of the same subject gets (:func:`mcpauth.server.storage.identities.local_username`),
+    so both reach one account.
 
     Raises:
         InvalidGrant: the subject is longer than OpenID Connect allows, or the issuer leaves
@@ -87,9 +88,7 @@ def local_username(issuer: str, subject: str) -> str:
     """
     if len(subject) > MAX_SUBJECT_LENGTH:
         raise InvalidGrant(f"The assertion's sub is longer than {MAX_SUBJECT_LENGTH} characters")
-    username = f"{issuer}#{subject}"
-    if len(username) > MAX_USERNAME_LENGTH:
-        username = f"{issuer}#sha256:{digest(subject)}"
+    username = identities.local_username(issuer, subject)
     if len(username) > MAX_USERNAME_LENGTH:
         raise InvalidGrant("The assertion's iss is too long for a local user name")
     return username

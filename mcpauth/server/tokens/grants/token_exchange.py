@@ -23,7 +23,6 @@ from typing import Any
 from mcpauth.errors import (
     InvalidGrant,
     InvalidRequest,
-    InvalidScope,
     InvalidTarget,
     TemporarilyUnavailable,
     UnauthorizedClient,
@@ -153,11 +152,9 @@ def exchange(
     resource = checks.resolve_resource(ctx.resources.current(), target_uri)
     require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope"))
-    if requested is not None and checks.OFFLINE_ACCESS in requested:
-        raise InvalidScope("A token exchange issues no refresh token")
-    if requested is None:
-        requested = checks.machine_scopes(resource, client)
-    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    scopes = checks.scopes_without_refresh(
+        requested, resource, client, "A token exchange issues no refresh token"
+    )
     now = ctx.now()
     actor: dict[str, Any] = {"sub": client.client_id}
     if isinstance(subject.get("act"), dict):

@@ -16,7 +16,7 @@ from typing import Any
 import jwt as pyjwt
 
 from mcpauth import jwt
-from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope
+from mcpauth.errors import InvalidGrant, InvalidRequest
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings, WorkloadRule
 from mcpauth.server.context import ServerContext
@@ -115,11 +115,7 @@ def issue(
     resource = checks.resolve_resource(ctx.resources.current(), form.get("resource"))
     require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope"))
-    if requested is not None and checks.OFFLINE_ACCESS in requested:
-        raise InvalidScope("offline_access makes no sense without a user")
-    if requested is None:
-        requested = checks.machine_scopes(resource, client)
-    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    scopes = checks.scopes_without_refresh(requested, resource, client)
     audit(
         "workload.token",
         client_id=client.client_id,
