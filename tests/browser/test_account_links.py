@@ -9,14 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
-import jwt as pyjwt
 import pytest
 
 from ..support import run_cli
 from .test_upstream_sign_in import (  # noqa: F401 - the module's world, used by name
-    RESOURCE,
     World,
+    claims_of,
     sign_in_at_the_provider,
     world,
 )
@@ -67,20 +65,7 @@ def test_a_signed_in_person_links_the_provider_and_then_signs_in_with_it(
     other.wait_for_url(re.compile(re.escape(world.corp) + "/interaction/"))
     sign_in_at_the_provider(other, "bob")
     other.wait_for_url(re.compile(re.escape(world.issuer) + "/interaction/"))
-    arrived = len(world.listener.received)
-    other.get_by_role("button", name="Approve").click()
-    callback = world.listener.wait(arrived + 1)
-    token = httpx.post(
-        f"{world.issuer}/token",
-        data={
-            "grant_type": "authorization_code", "code": callback["code"],
-            "redirect_uri": world.listener.redirect_uri, "client_id": client_id,
-            "code_verifier": verifier, "resource": RESOURCE,
-        },
-        timeout=10,
-    )  # fmt: skip
-    assert token.status_code == 200, token.text
-    claims = pyjwt.decode(token.json()["access_token"], options={"verify_signature": False})
+    claims = claims_of(world.approve(other, client_id, verifier))
     assert claims["sub"] == carol
     assert world.users() == users  # no account made just in time
 

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt as pyjwt
 import pytest
 
 from ..e2e.chromium_opener import CallbackListener
 from ..support import MCPAUTH, free_port, run_cli, running
-from .test_upstream_sign_in import RESOURCE, World
+from .test_upstream_sign_in import RESOURCE, World, claims_of
 
 pytestmark = pytest.mark.e2e
 
@@ -151,20 +150,7 @@ def test_chromium_signs_in_with_github_reaches_consent_and_the_app_gets_a_code(
     sent = standin_requests(world)["authorization"][-1]
     assert sent["code_challenge_method"] == "S256"
     assert "nonce" not in sent
-    arrived = len(world.listener.received)
-    page.get_by_role("button", name="Approve").click()
-    callback = world.listener.wait(arrived + 1)
-    token = httpx.post(
-        f"{world.issuer}/token",
-        data={
-            "grant_type": "authorization_code", "code": callback["code"],
-            "redirect_uri": world.listener.redirect_uri, "client_id": client_id,
-            "code_verifier": verifier, "resource": RESOURCE,
-        },
-        timeout=10,
-    )  # fmt: skip
-    assert token.status_code == 200, token.text
-    claims = pyjwt.decode(token.json()["access_token"], options={"verify_signature": False})
+    claims = claims_of(world.approve(page, client_id, verifier))
     assert claims["sub"] == user["id"]
     assert claims["aud"] == RESOURCE
 

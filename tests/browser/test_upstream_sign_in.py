@@ -73,10 +73,33 @@ class World:
         }
         return f"{self.issuer}/authorize?{urlencode(params)}", verifier
 
+    def approve(self, page: Any, client_id: str, verifier: str) -> str:
+        """Press Approve on mcpauth's consent page in ``page`` and redeem the code the
+        application receives (RFC 9207 ``iss`` checked): the access token."""
+        arrived = len(self.listener.received)
+        page.get_by_role("button", name="Approve").click()
+        callback = self.listener.wait(arrived + 1)
+        assert callback["iss"] == self.issuer
+        token = httpx.post(
+            f"{self.issuer}/token",
+            data={
+                "grant_type": "authorization_code", "code": callback["code"],
+                "redirect_uri": self.listener.redirect_uri, "client_id": client_id,
+                "code_verifier": verifier, "resource": RESOURCE,
+            },
+            timeout=10,
+        )  # fmt: skip
+        assert token.status_code == 200, token.text
+        return str(token.json()["access_token"])
+
     def users(self) -> list[dict[str, Any]]:
         listed = run_cli(["users", "list"], env=self.env)
         assert listed.returncode == 0, listed.stderr
         return list(json.loads(listed.stdout))
+
+
+def claims_of(access_token: str) -> dict[str, Any]:
+    return dict(pyjwt.decode(access_token, options={"verify_signature": False}))
 
 
 def _provider(stack: ExitStack, folder: Path, name: str, callback: str) -> str:
@@ -200,24 +223,7 @@ def test_chromium_signs_in_through_the_provider_reaches_consent_and_the_app_gets
     assert page.get_by_text(told).is_visible()
     (user,) = world.users()  # made just in time, named by (issuer, subject)
     assert user["username"] == f"{world.corp}#alice"
-    arrived = len(world.listener.received)
-    page.get_by_role("button", name="Approve").click()
-    callback = world.listener.wait(arrived + 1)
-    assert callback["iss"] == world.issuer
-    token = httpx.post(
-        f"{world.issuer}/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": callback["code"],
-            "redirect_uri": world.listener.redirect_uri,
-            "client_id": client_id,
-            "code_verifier": verifier,
-            "resource": RESOURCE,
-        },
-        timeout=10,
-    )
-    assert token.status_code == 200, token.text
-    claims = pyjwt.decode(token.json()["access_token"], options={"verify_signature": False})
+    claims = claims_of(world.approve(page, client_id, verifier))
     assert claims["sub"] == user["id"]
     assert claims["aud"] == RESOURCE
     # the resource asks for the person's email and groups, as the provider's ID token had them

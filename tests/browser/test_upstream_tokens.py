@@ -164,20 +164,7 @@ def signed_in(kept: Kept, visit: Any, login: str = "alice") -> tuple[str, Any]:
     sign_in_at_the_provider(page, login)
     page.get_by_role("button", name="Continue").click()  # the provider's own consent page
     page.wait_for_url(re.compile(re.escape(kept.issuer) + "/interaction/"))
-    arrived = len(kept.listener.received)
-    page.get_by_role("button", name="Approve").click()
-    callback = kept.listener.wait(arrived + 1)
-    token = httpx.post(
-        f"{kept.issuer}/token",
-        data={
-            "grant_type": "authorization_code", "code": callback["code"],
-            "redirect_uri": kept.listener.redirect_uri, "client_id": client_id,
-            "code_verifier": verifier, "resource": RESOURCE,
-        },
-        timeout=10,
-    )  # fmt: skip
-    assert token.status_code == 200, token.text
-    return str(token.json()["access_token"]), tab
+    return kept.approve(page, client_id, verifier), tab
 
 
 def stored_bytes(kept: Kept) -> bytes:
