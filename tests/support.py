@@ -17,6 +17,23 @@ import httpx
 
 VENV_BIN = Path(sys.executable).parent
 MCPAUTH = str(VENV_BIN / "mcpauth")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ensure_npm_peers() -> Path:
+    """Node 22 and the pinned npm packages the tests use (axe-core, the TypeScript SDK client,
+    oidc-provider), installed by scripts/ensure-npm-peers.sh when missing: the folder whose
+    node_modules holds them."""
+    installed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "ensure-npm-peers.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    return Path(installed.stdout.strip().splitlines()[-1])
 
 
 def free_port() -> int:

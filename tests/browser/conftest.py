@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from ..chromium import PageProblems, launch
-from ..support import MCPAUTH, free_port, run_cli, running
+from ..support import MCPAUTH, ensure_npm_peers, free_port, run_cli, running
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "results" / "screenshots"
@@ -262,12 +262,4 @@ def visit(browser: Any) -> Iterator[Any]:
 @pytest.fixture(scope="session", autouse=True)
 def _npm_peers() -> None:
     """axe-core (and Node) from npm, pinned: scripts/ensure-npm-peers.sh."""
-    import subprocess
-
-    subprocess.run(
-        ["bash", str(ROOT / "scripts" / "ensure-npm-peers.sh")],
-        check=True,
-        capture_output=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    ensure_npm_peers()

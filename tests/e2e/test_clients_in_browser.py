@@ -54,7 +54,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from .. import chromium
-from ..support import MCPAUTH
+from ..support import MCPAUTH, ensure_npm_peers
 from . import test_demo
 from .chromium_opener import CallbackListener, PersonThread, Trip, person_in_chromium, query
 from .test_demo import Demo, demo_password, demo_user_id
@@ -607,17 +607,7 @@ class NodeClient:
 def npm_peers() -> tuple[Path, Path]:
     """Node 22 and the pinned TypeScript SDK client, installed when missing."""
     chromium.executable()  # no need to install anything when this machine has no browser
-    installed = subprocess.run(
-        [str(ROOT / "scripts/ensure-npm-peers.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr
-    peers = Path(installed.stdout.strip().splitlines()[-1])
-    return ROOT / ".node22/node_modules/.bin/node", peers
+    return ROOT / ".node22/node_modules/.bin/node", ensure_npm_peers()
 
 
 def of(events: list[Any], kind: str) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from ..readme import readme_block
-from ..support import MCPAUTH, free_port, run_cli, running
+from ..support import MCPAUTH, ensure_npm_peers, free_port, run_cli, running
 from .chromium_opener import CallbackListener, PersonThread, person_in_chromium, query
 from .test_clients_in_browser import FileTokenStorage
 from .test_sdk_oauth_client import text
@@ -59,13 +58,7 @@ class Deployment:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    subprocess.run(  # oidc-provider (and Node) from npm, pinned
-        ["bash", str(ROOT / "scripts" / "ensure-npm-peers.sh")],
-        check=True,
-        capture_output=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    ensure_npm_peers()  # oidc-provider (and Node) from npm, pinned
     folder = tmp_path_factory.mktemp("upstream-gateway")
     auth_port, idp_port, notes_port, gateway_port = (free_port() for _ in range(4))
     issuer, upstream = f"http://127.0.0.1:{auth_port}", f"http://127.0.0.1:{idp_port}"

@@ -23,7 +23,7 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
-from ..support import MCPAUTH, free_port, run_cli, running, stop, wait_for
+from ..support import MCPAUTH, ensure_npm_peers, free_port, run_cli, running, stop, wait_for
 from .chromium_opener import CallbackListener, PersonThread, person_in_chromium, query
 from .test_clients_in_browser import FileTokenStorage, session
 from .test_demo import Demo, wait_for_banner
@@ -43,13 +43,7 @@ class FederatedDemo:
 
 @pytest.fixture(scope="module")
 def federated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FederatedDemo]:
-    subprocess.run(  # oidc-provider (and Node) from npm, pinned
-        ["bash", str(ROOT / "scripts" / "ensure-npm-peers.sh")],
-        check=True,
-        capture_output=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    ensure_npm_peers()  # oidc-provider (and Node) from npm, pinned
     folder = tmp_path_factory.mktemp("federated-demo")
     auth_port, mcp_port, idp_port = free_port(), free_port(), free_port()
     issuer = f"http://127.0.0.1:{auth_port}"
