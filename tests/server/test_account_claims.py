@@ -34,13 +34,13 @@ from ..oauth import (
     follow,
     forms,
     pkce_pair,
-    query,
     register_public_client,
 )
 from .conftest import PASSWORD, RESOURCE, add_user
 from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
     APP_REDIRECT,
     Clock,
+    approve_and_redeem,
     browser_for,
     client_id,
     come_back,
@@ -208,23 +208,7 @@ async def tokens_for(
     params = authorization_params(client_id, challenge, resource=resource)
     page = await follow(browser, await browser.get("/authorize?" + urlencode(params)))
     consent = await follow(browser, await sign_in(page))
-    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-    done = await browser.post(
-        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-    )
-    token = await browser.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": query(done.headers["location"])["code"],
-            "client_id": client_id,
-            "redirect_uri": APP_REDIRECT,
-            "code_verifier": verifier,
-            "resource": resource,
-        },
-    )
-    assert token.status_code == 200, token.text
-    return dict(token.json())
+    return await approve_and_redeem(browser, consent, client_id, verifier, resource)
 
 
 async def tokens_through_upstream(

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
 import httpx2
@@ -33,11 +32,12 @@ from mcpauth.server.storage.models import UpstreamIdentity, UpstreamToken, User
 from ..conftest import ISSUER
 from ..github_standin import StandIn
 from ..github_standin import app as standin_app
-from ..oauth import follow, forms, pkce_pair, query, register_public_client
+from ..oauth import follow, pkce_pair, query, register_public_client
 from .conftest import RESOURCE
 from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
     APP_REDIRECT,
     Clock,
+    approve_and_redeem,
     browser_for,
     clock,
     counts,
@@ -479,19 +479,7 @@ async def test_kept_github_app_tokens_are_refreshed_at_the_configured_token_endp
         verifier, challenge = pkce_pair()
         back = await sign_in(http, at_github, client, challenge=challenge)
         consent = await follow(http, back)
-        approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-        done = await http.post(
-            urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-        )
-        token = await http.post(
-            "/token",
-            data={
-                "grant_type": "authorization_code", "code": query(done.headers["location"])["code"],
-                "client_id": client, "redirect_uri": APP_REDIRECT, "code_verifier": verifier,
-                "resource": RESOURCE,
-            },
-        )  # fmt: skip
-        subject = token.json()["access_token"]
+        subject = (await approve_and_redeem(http, consent, client, verifier))["access_token"]
 
         async def exchange() -> httpx.Response:
             return await http.post(

@@ -168,6 +168,31 @@ async def come_back(
     return await http.get(f"/upstream/{provider}/callback?" + urlencode(params))
 
 
+async def approve_and_redeem(
+    http: httpx.AsyncClient,
+    consent: httpx.Response,
+    client_id: str,
+    verifier: str,
+    resource: str = RESOURCE,
+) -> dict[str, Any]:
+    """Approve on the consent page, then redeem the code as the application: the token
+    response."""
+    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
+    done = await http.post(
+        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
+    )
+    token = await http.post(
+        "/token",
+        data={
+            "grant_type": "authorization_code", "code": query(done.headers["location"])["code"],
+            "client_id": client_id, "redirect_uri": APP_REDIRECT, "code_verifier": verifier,
+            "resource": resource,
+        },
+    )  # fmt: skip
+    assert token.status_code == 200, token.text
+    return dict(token.json())
+
+
 def counts(app: Starlette) -> dict[str, int]:
     with app.state.mcpauth.db.read() as session:
         return {
@@ -240,24 +265,8 @@ async def test_first_sign_in_provisions_an_account_then_consent_gives_a_code_for
     (sent,) = idp.token_requests
     assert sent["redirect_uri"] == CALLBACK
     assert len(sent["code_verifier"]) == 43
-    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-    done = await http.post(
-        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-    )
-    code = query(done.headers["location"])["code"]
-    token = await http.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "client_id": client_id,
-            "redirect_uri": "http://127.0.0.1:5555/callback",
-            "code_verifier": verifier,
-            "resource": RESOURCE,
-        },
-    )
-    assert token.status_code == 200, token.text
-    sub = pyjwt.decode(token.json()["access_token"], options={"verify_signature": False})["sub"]
+    token = await approve_and_redeem(http, consent, client_id, verifier)
+    sub = pyjwt.decode(token["access_token"], options={"verify_signature": False})["sub"]
     with app.state.mcpauth.db.read() as session:
         user = session.get(User, sub)
         identity = session.get(UpstreamIdentity, ("https://idp.example", "alice-0001"))

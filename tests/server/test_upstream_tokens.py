@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
 import httpx2
@@ -26,12 +25,13 @@ from mcpauth.server.storage import upstream_tokens
 from mcpauth.server.storage.models import UpstreamToken
 
 from ..conftest import ISSUER
-from ..oauth import follow, forms, pkce_pair, query
+from ..oauth import follow, pkce_pair
 from .conftest import RESOURCE
 from .test_account import revoke_form
 from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
     APP_REDIRECT,
     Clock,
+    approve_and_redeem,
     client_id,
     clock,
     come_back,
@@ -73,20 +73,7 @@ async def signed_in(http: httpx.AsyncClient, client_id: str, idp: FakeProvider) 
     page = await sign_in_page(http, client_id, challenge)
     url = (await press(http, page)).headers["location"]
     consent = await follow(http, await come_back(http, idp.approve(url)))
-    approve = next(f for f in forms(consent.text) if f.buttons.get("action"))
-    done = await http.post(
-        urljoin(str(consent.url), approve.action), data={**approve.fields, "action": "approve"}
-    )
-    token = await http.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code", "code": query(done.headers["location"])["code"],
-            "client_id": client_id, "redirect_uri": APP_REDIRECT, "code_verifier": verifier,
-            "resource": RESOURCE,
-        },
-    )  # fmt: skip
-    assert token.status_code == 200, token.text
-    return str(token.json()["access_token"])
+    return str((await approve_and_redeem(http, consent, client_id, verifier))["access_token"])
 
 
 async def exchange(
