@@ -65,7 +65,7 @@ def cmd_idps(args: argparse.Namespace) -> int:
         return 0
     pairs = {name: _pairs(getattr(args, name), flag) for name, flag in _IDP_PAIRS.items()}
     claims: dict[str, list[str]] = {}
-    for name, value in pairs["require_claim"].items():
+    for name, value in pairs["require_claim"]:  # a name given twice accepts both values
         claims.setdefault(name, []).extend(value.split(","))
     values = {
         "id": args.id, "name": args.name, "kind": args.kind, "issuer": args.issuer,
@@ -74,14 +74,17 @@ def cmd_idps(args: argparse.Namespace) -> int:
         "allowed_email_domains": args.allowed_email_domain or None,
         "required_claims": claims or None, "authorization_endpoint": args.authorization_endpoint,
         "token_endpoint": args.token_endpoint, "userinfo_endpoint": args.userinfo_endpoint,
-        "claim_mapping": pairs["claim_map"] or None,
-        "authorization_params": pairs["param"] or None,
+        "claim_mapping": dict(pairs["claim_map"]) or None,
+        "authorization_params": dict(pairs["param"]) or None,
         "keep_tokens": args.keep_tokens or None, "release_to": args.release_to or None,
     }  # fmt: skip
     values = {key: value for key, value in values.items() if value is not None}
     settings = settings_file.add_provider(Path(config), values, load)
     ctx = admin.open_context(settings)
-    (row,) = [r for r in admin.list_upstream(ctx, check=args.check) if r["id"] == args.id]
+    try:
+        (row,) = [r for r in admin.list_upstream(ctx, check=args.check) if r["id"] == args.id]
+    finally:
+        ctx.db.dispose()
     _print(row)
     print(f"added {args.id} to {config}; restart mcpauth serve to apply", file=sys.stderr)
     return 0
@@ -90,11 +93,11 @@ def cmd_idps(args: argparse.Namespace) -> int:
 _IDP_PAIRS = {"require_claim": "--require-claim", "claim_map": "--claim-map", "param": "--param"}
 
 
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
+def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
     pairs = [item.partition("=") for item in items]
     bad = [item for item, (name, sep, _) in zip(items, pairs, strict=True) if not (sep and name)]
     if bad:
         from mcpauth.cli import CommandError
 
         raise CommandError(f"{flag} takes NAME=VALUE, got {bad[0]!r}")
-    return {name: value for name, _, value in pairs}
+    return [(name, value) for name, _, value in pairs]

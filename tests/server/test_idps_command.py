@@ -51,7 +51,8 @@ def test_add_appends_a_table_and_keeps_the_rest_of_the_file(env: dict[str, str])
     added = run_cli(
         ["idps", "add", "gh", "--name", "GitHub", "--kind", "github", "--client-id", "Iv1.abc",
          "--client-secret-file", "/run/secrets/github", "--allowed-email-domain", "example.com",
-         "--require-claim", "sub=123,456", "--param", "allow_signup=false", "--keep-tokens",
+         "--require-claim", "sub=123,456", "--require-claim", "sub=789",
+         "--param", "allow_signup=false", "--keep-tokens",
          "--release-to", "https://tools.example.com/mcp"],
         env=env,
     )  # fmt: skip
@@ -69,7 +70,7 @@ def test_add_appends_a_table_and_keeps_the_rest_of_the_file(env: dict[str, str])
     assert gh == {
         "id": "gh", "name": "GitHub", "kind": "github", "client_id": "Iv1.abc",
         "client_secret_file": "/run/secrets/github", "allowed_email_domains": ["example.com"],
-        "required_claims": {"sub": ["123", "456"]}, "authorization_params":
+        "required_claims": {"sub": ["123", "456", "789"]}, "authorization_params":
         {"allow_signup": "false"}, "keep_tokens": True,
         "release_to": ["https://tools.example.com/mcp"],
     }  # fmt: skip
