@@ -213,9 +213,19 @@ async def test_the_link_button_needs_its_csrf_token_and_a_signed_in_browser(
     async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as anon:
         login = await anon.get("/account")  # its own anonymous session and token
         token = next(f for f in forms(login.text) if "/upstream/idp/login" in f.action)
-        signed_out = await anon.post(urljoin(str(login.url), button.action), data=token.fields)
-        assert signed_out.status_code == 403
-        assert "location" not in signed_out.headers
+        other_page = await anon.post(urljoin(str(login.url), button.action), data=token.fields)
+        assert other_page.status_code == 403  # a token for another form
+        assert "location" not in other_page.headers
+    # a copy of the cookie, kept after signing out: its token is good, its session is not
+    async with httpx.AsyncClient(
+        transport=http._transport, base_url=str(http.base_url), cookies=http.cookies
+    ) as copy:
+        logout = next(f for f in forms(page.text) if f.action.endswith("/account/logout"))
+        assert (
+            await http.post(urljoin(str(page.url), logout.action), data=logout.fields)
+        ).status_code == 303
+        signed_out = await copy.post(urljoin(str(page.url), button.action), data=button.fields)
+        refused(signed_out, 403, "Sign in to your account before linking", None)
     assert counts(app)["upstream_logins"] == 0
 
 
