@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
+from mcpauth.oauth import same_secret
 
 PROOF_TYPE = "dpop+jwt"
 # What the server accepts and advertises (dpop_signing_alg_values_supported): asymmetric only.
@@ -240,11 +241,9 @@ def check_proof(
         raise UseDPoPNonce("Use the nonce the server sent in DPoP-Nonce")
     if access_token is not None:
         ath = claims.get("ath")
-        if not isinstance(ath, str) or not secrets.compare_digest(
-            ath, access_token_hash(access_token)
-        ):
+        if not isinstance(ath, str) or not same_secret(ath, access_token_hash(access_token)):
             raise InvalidDPoPProof("The DPoP proof's ath does not match the access token")
-    if jkt is not None and not secrets.compare_digest(thumbprint, jkt):
+    if jkt is not None and not same_secret(thumbprint, jkt):
         raise InvalidDPoPProof("The DPoP proof's key is not the key the token is bound to")
     jti = str(claims["jti"])
     nonce_claim = claims.get("nonce")
@@ -312,7 +311,7 @@ class DPoPNonces:
             return False
         index = int(now) // self._window
         valid = (self._for(index), self._for(index - 1))
-        return any(hmac.compare_digest(nonce.encode(), v.encode()) for v in valid)
+        return any(same_secret(nonce, v) for v in valid)
 
 
 @runtime_checkable

@@ -3,7 +3,8 @@ written once here and imported (the same rule in two places drifts).
 
 - PKCE S256 (RFC 7636 §4.2), HTTP Basic client credentials both ways (RFC 6749 §2.3.1),
 - the scope-token grammar (RFC 6749 §3.3),
-- the names of client authentication methods, grant types and assertion types.
+- the names of client authentication methods, grant types and assertion types,
+- the constant-time comparison of two secrets of any text.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import re
 from urllib.parse import quote, unquote_plus
 
@@ -25,6 +27,7 @@ __all__ = [
     "basic_authorization",
     "parse_basic_authorization",
     "s256",
+    "same_secret",
 ]
 
 # RFC 7591 §2 token_endpoint_auth_method values mcpauth speaks
@@ -43,6 +46,16 @@ def s256(verifier: str) -> str:
     """``BASE64URL(SHA256(ASCII(code_verifier)))`` (RFC 7636 §4.2)."""
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def same_secret(expected: str, presented: str) -> bool:
+    """Whether two secrets (CSRF tokens, digests, ``ath``, thumbprints, ``state``) are equal, in
+    constant time. Compared as UTF-8 bytes: ``hmac.compare_digest`` refuses ``str`` holding anything
+    but ASCII, so whatever text a caller sends (a lone surrogate included) is a plain mismatch,
+    never an exception."""
+    return hmac.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+    )
 
 
 def basic_authorization(client_id: str, client_secret: str) -> str:

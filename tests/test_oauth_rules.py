@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from mcpauth.oauth import basic_authorization, parse_basic_authorization, s256
+from mcpauth.oauth import basic_authorization, parse_basic_authorization, s256, same_secret
 from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
 
 
@@ -22,6 +22,24 @@ def test_s256_is_rfc_7636_appendix_b() -> None:
 def test_basic_credentials_round_trip_with_form_encoding(client_id: str, secret: str) -> None:
     header = basic_authorization(client_id, secret)
     assert parse_basic_authorization(header) == (client_id, secret)
+
+
+@pytest.mark.parametrize(
+    ("expected", "presented", "equal"),
+    [
+        ("a1b2", "a1b2", True),
+        ("a1b2", "a1b3", False),
+        ("a1b2", "", False),
+        ("a1b2", "\u00e9", False),  # hmac.compare_digest on two str raises TypeError here
+        ("caf\u00e9", "caf\u00e9", True),
+        ("a1b2", "\ud800", False),  # a lone surrogate, as JSON can carry one
+        ("\U0001f600", "\U0001f600", True),
+    ],
+)
+def test_same_secret_compares_any_text_without_raising(
+    expected: str, presented: str, equal: bool
+) -> None:
+    assert same_secret(expected, presented) is equal
 
 
 def b64(raw: bytes) -> str:

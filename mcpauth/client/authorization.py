@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
@@ -11,6 +10,7 @@ from mcpauth.client.discovery import check_url
 from mcpauth.client.errors import AuthorizationFailed
 from mcpauth.client.pkce import PKCE, new_state, require_s256
 from mcpauth.metadata import AuthorizationServerMetadata
+from mcpauth.oauth import same_secret
 
 OFFLINE_ACCESS = "offline_access"
 
@@ -138,7 +138,7 @@ def parse_callback(pending: PendingAuthorization, callback_url: str) -> str:
     """
     params = parse_qs(urlsplit(callback_url).query, keep_blank_values=True)
     state = _single(params, "state")
-    if state is None or not hmac.compare_digest(state.encode(), pending.state.encode()):
+    if state is None or not same_secret(pending.state, state):
         raise AuthorizationFailed("the authorization response has a missing or wrong state")
     _check_iss(pending, _single(params, "iss"))
     error = _single(params, "error")

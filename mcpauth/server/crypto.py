@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -15,6 +14,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mcpauth.errors import ConfigurationError
+from mcpauth.oauth import same_secret
 
 log = logging.getLogger("mcpauth.server")
 TOKEN_BYTES = 32  # 256 bits: guessing probability far below 2^-128 (OAuth 2.1 §7.1.2)
@@ -32,14 +32,14 @@ def new_id() -> str:
 
 def digest(value: str) -> str:
     """The SHA-256 hex digest under which a secret is stored and looked up."""
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def matches(value: str, stored_digest: str | None) -> bool:
     """Constant-time comparison of a presented secret with a stored digest."""
     if stored_digest is None:
         return False
-    return hmac.compare_digest(digest(value), stored_digest)
+    return same_secret(digest(value), stored_digest)
 
 
 def derive_key(secret: str, purpose: str) -> bytes:

@@ -219,7 +219,7 @@ def test_chromium_signs_in_through_the_provider_reaches_consent_and_the_app_gets
     assert page.get_by_role("heading", name="Authorize Upstream test app?").is_visible()
     assert page.get_by_text("alice@example.com").is_visible()  # the account's name on the page
     # the resource's tokens carry the person's email and groups (--claim): the page says so
-    told = "Example files will be told your email address and the groups you belong to."
+    told = "Example files will be told your verified email address and the groups you belong to."
     assert page.get_by_text(told).is_visible()
     (user,) = world.users()  # made just in time, named by (issuer, subject)
     assert user["username"] == f"{world.corp}#alice"

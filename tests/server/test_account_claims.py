@@ -265,7 +265,7 @@ async def test_a_resource_s_tokens_carry_the_claims_it_asks_for_and_introspectio
     assert claims["aud"] == CLAIMS_RESOURCE
     assert (claims["email"], claims["groups"]) == ("alice@example.com", ALICE_GROUPS)
     assert "name" not in claims  # not asked for
-    assert "email_verified" not in claims
+    assert claims["email_verified"] is True  # an email always goes with its verification
     rs = admin.add_client(
         app.state.mcpauth, name="RS", grant_types=["client_credentials"], introspect=True
     )
@@ -283,6 +283,49 @@ async def test_a_resource_s_tokens_carry_the_claims_it_asks_for_and_introspectio
         claims["sub"],
     )
     assert "name" not in info
+
+
+@pytest.mark.parametrize("verified", [False, None])
+async def test_an_unverified_email_reaches_no_resource(
+    app: Starlette,
+    http: httpx.AsyncClient,
+    client_id: str,  # noqa: F811
+    idp: FakeProvider,  # noqa: F811
+    verified: bool | None,
+) -> None:
+    # anyone can create ceo@corp.example at some provider: a resource that trusts `email`
+    # must never see an address the provider did not verify
+    issued = await tokens_through_upstream(
+        app, client_id, idp, CLAIMS_RESOURCE, email="ceo@corp.example", email_verified=verified
+    )
+    assert identity(app).email == "ceo@corp.example"  # kept on the account, not released
+    for token in (issued["access_token"], await refreshed(http, client_id, issued)):
+        claims = claims_of(app, token)
+        assert "email" not in claims
+        assert "email_verified" not in claims  # not asked for by this resource
+    admin.add_resource(
+        app.state.mcpauth,
+        "http://127.0.0.1:8002/mcp",
+        scopes=["mcp:tools"],
+        default_scopes=["mcp:tools"],
+        token_claims=["email", "email_verified"],
+    )
+    issued = await tokens_through_upstream(
+        app, client_id, idp, "http://127.0.0.1:8002/mcp", email="ceo@corp.example",
+        email_verified=verified,
+    )  # fmt: skip
+    claims = claims_of(app, issued["access_token"])
+    assert "email" not in claims
+    assert claims["email_verified"] is False
+    rs = admin.add_client(
+        app.state.mcpauth, name="RS", grant_types=["client_credentials"], introspect=True
+    )
+    answer = await http.post(
+        "/introspect",
+        data={"token": issued["access_token"]},
+        auth=(rs["client_id"], rs["client_secret"]),
+    )
+    assert "email" not in answer.json()
 
 
 async def test_a_resource_that_asks_for_nothing_gets_no_claims_about_the_person(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hmac
 import re
 from collections.abc import Iterable
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
-from mcpauth.oauth import SCOPE_TOKEN, s256
+from mcpauth.oauth import SCOPE_TOKEN, s256, same_secret
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
@@ -47,7 +46,7 @@ def check_code_verifier(verifier: str | None, challenge: str) -> None:
         raise InvalidRequest("code_verifier is required")
     if not CODE_VERIFIER.match(verifier):
         raise InvalidRequest("code_verifier must be 43 to 128 unreserved characters")
-    if not hmac.compare_digest(s256(verifier), challenge):
+    if not same_secret(s256(verifier), challenge):
         raise InvalidGrant("code_verifier does not match the code_challenge")
 
 

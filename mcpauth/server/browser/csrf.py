@@ -19,6 +19,8 @@ import hmac
 import logging
 from collections.abc import Mapping
 
+from mcpauth.oauth import same_secret
+
 log = logging.getLogger("mcpauth.csrf")
 
 SAME_ORIGIN = "same-origin"
@@ -55,4 +57,4 @@ def csrf_valid(secret: bytes, sid: str, purpose: str, token: str | None) -> bool
     """Whether ``token`` is the one :func:`csrf_token` made for this session and form."""
     if not token:
         return False
-    return hmac.compare_digest(csrf_token(secret, sid, purpose), token)
+    return same_secret(csrf_token(secret, sid, purpose), token)

@@ -113,7 +113,7 @@ def client_view_of(client: Client) -> ClientView:
 
 # what a resource's tokens tell it about the person (resources.token_claims), in words
 _SHARED = {
-    "email": "your email address",
+    "email": "your verified email address",
     "email_verified": "whether it is verified",
     "name": "your name",
     "groups": "the groups you belong to",

@@ -117,16 +117,24 @@ def person_claims(
 ) -> dict[str, Any]:
     """The claims about the person ``user_id`` that ``resource``'s access tokens carry (its
     ``token_claims``), read now: those of the account's most recent upstream sign-in; a local
-    account's ``name`` is its username. A claim without a value is left out (``email_verified``
-    goes with an email only), and a subject that is no account (a client) gets none."""
+    account's ``name`` is its username. A claim without a value is left out, and a subject that
+    is no account (a client) gets none.
+
+    ``email`` is released only when the provider verified it, and always with
+    ``email_verified: true`` beside it: a resource that trusts ``email`` must never be handed
+    an address anyone could create at a provider. An unverified address is told to no resource
+    (``email_verified: false`` alone, when the resource asks for that claim)."""
     wanted = resource.token_claims if resource is not None else []
     if not wanted:
         return {}
     found = identities.person(conn, user_id)
     if found is None:
         return {}
+    verified_email = found.email if found.email is not None and found.email_verified else None
+    if "email" in wanted and verified_email is not None:
+        wanted = [*wanted, "email_verified"]
     values: dict[str, Any] = {
-        "email": found.email,
+        "email": verified_email,
         "email_verified": found.email_verified if found.email is not None else None,
         "name": found.name or (found.username if found.local else None),
         "groups": list(found.groups) or None,

@@ -4,10 +4,10 @@ T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
 
 from __future__ import annotations
 
-from secrets import compare_digest
 from typing import Any
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
+from mcpauth.oauth import same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
@@ -38,7 +38,7 @@ def _check_binding(code: Row[Any], client: Client, form: dict[str, str], jkt: st
         form.get("resource"), code.resource, "resource differs from the authorization request"
     )
     # RFC 9449 §10: a code asked for with dpop_jkt is redeemed only by a proof of that key
-    if code.dpop_jkt is not None and (jkt is None or not compare_digest(jkt, code.dpop_jkt)):
+    if code.dpop_jkt is not None and (jkt is None or not same_secret(jkt, code.dpop_jkt)):
         raise InvalidGrant("The code was requested for another DPoP key (dpop_jkt)")
 
 

@@ -4,10 +4,10 @@ scopes may narrow, never widen; the resource stays the grant's."""
 
 from __future__ import annotations
 
-from hmac import compare_digest
 from typing import Any
 
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
+from mcpauth.oauth import same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
@@ -64,7 +64,7 @@ def _rotate(
         return InvalidGrant("The refresh token has expired")
     # Validate the whole request before rotating: a refused refresh (a wider scope, another
     # resource) leaves the token usable, so the client's corrected retry is not taken for reuse.
-    if token.dpop_jkt is not None and (jkt is None or not compare_digest(jkt, token.dpop_jkt)):
+    if token.dpop_jkt is not None and (jkt is None or not same_secret(jkt, token.dpop_jkt)):
         return InvalidDPoPProof(
             "The refresh token is bound to a DPoP key: present a proof signed with that key"
         )
