@@ -18,6 +18,7 @@ from mcpauth.server.browser.account_links import LINK_MAX_AGE
 from mcpauth.server.storage import identities
 from mcpauth.server.storage.models import UpstreamIdentity, UpstreamToken, User
 
+from ..conftest import ISSUER
 from ..oauth import follow, forms, query
 from .conftest import PASSWORD, add_user
 from .test_upstream_sign_in import (  # noqa: F401 - fixtures used by name
@@ -338,7 +339,9 @@ def test_only_configured_providers_count_as_a_way_in_and_one_identity_per_issuer
             )
         )  # fmt: skip
     with pytest.raises(identities.LastWayIn), ctx.db.write() as session:
-        identities.unlink(session, dave, "idp", {provider.id for provider in ctx.upstream})
+        identities.unlink(
+            session, dave, "idp", {p.id for p in ctx.upstream}, passwords_sign_in=True
+        )
     with pytest.raises(IntegrityError), ctx.db.write() as session:  # the unique index
         session.add(
             UpstreamIdentity(
@@ -347,6 +350,38 @@ def test_only_configured_providers_count_as_a_way_in_and_one_identity_per_issuer
             )
         )  # fmt: skip
     assert len([i for i in identities_of(app) if i[1] == dave]) == 2
+
+
+async def test_with_local_accounts_off_a_password_is_no_way_in(
+    make_app: Callable[..., Starlette],  # noqa: F811
+    password_hash: str,
+    idp: FakeProvider,  # noqa: F811
+) -> None:
+    """Erin had a password before the operator turned local accounts off, then linked Example
+    IdP. Her password no longer signs her in, so removing Example IdP would leave her no way
+    back to this account (her next sign-in would make a new, empty one): refused."""
+    app = make_app(local_accounts=False)
+    erin = add_user(app, "erin", password_hash)
+    with app.state.mcpauth.db.write() as session:
+        session.add(
+            UpstreamIdentity(
+                issuer=idp.issuer, subject="erin-1", user_id=erin, provider_id="idp",
+                created_at=1, last_login_at=1,
+            )
+        )  # fmt: skip
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        assert await provider_sign_in(app, http, idp, "idp", sub="erin-1") == erin
+        page = await http.get("/account")
+        assert "Username and password" not in page.text
+        remove = next(f for f in forms(page.text) if f.action.endswith("/account/unlink"))
+        last = await http.post(urljoin(str(page.url), remove.action), data=remove.fields)
+        refused(last, 409, "only way you can sign in", None)
+    assert identities_of(app) == [("erin-1", erin, "idp")]
+    with pytest.raises(identities.LastWayIn), app.state.mcpauth.db.write() as session:
+        identities.unlink(session, erin, "idp", {"idp"}, passwords_sign_in=False)
+    with app.state.mcpauth.db.write() as session:  # the same account, local accounts on
+        assert identities.unlink(session, erin, "idp", {"idp"}, passwords_sign_in=True) == 1
 
 
 async def provider_sign_in(

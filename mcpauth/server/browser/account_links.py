@@ -155,7 +155,8 @@ def sign_in_methods(
     recent = may_link(browser, ctx.now()) is None
     unlinked = [provider for provider in ctx.upstream if provider.id not in mine]
     return SignInMethods(
-        password=identities.has_password(user.password_hash),
+        # a password kept from before `local_accounts = false` opens nothing any more
+        password=ctx.settings.local_accounts and identities.has_password(user.password_hash),
         linked=[
             LinkedView(
                 i.provider_id, names.get(i.provider_id, i.provider_id), i.email or i.name or ""
@@ -182,7 +183,13 @@ def sign_in_methods(
 def _unlink(ctx: ServerContext, user_id: str, provider_id: str) -> int:
     configured = {provider.id for provider in ctx.upstream}
     with ctx.db.write() as session:
-        removed = identities.unlink(session, user_id, provider_id, configured)
+        removed = identities.unlink(
+            session,
+            user_id,
+            provider_id,
+            configured,
+            passwords_sign_in=ctx.settings.local_accounts,
+        )
         if removed:
             upstream_tokens.forget(session, user_id, provider_id)
     return removed

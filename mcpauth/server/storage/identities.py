@@ -300,15 +300,26 @@ def linked_identities(session: Session, user_id: str) -> list[LinkedIdentity]:
     return [LinkedIdentity(r.provider_id, r.email, r.name, r.created_at) for r in rows]
 
 
-def unlink(session: Session, user_id: str, provider_id: str, configured: set[str]) -> int:
+def unlink(
+    session: Session,
+    user_id: str,
+    provider_id: str,
+    configured: set[str],
+    *,
+    passwords_sign_in: bool,
+) -> int:
     """Remove the account's identities at ``provider_id``; how many were removed. The account's
     row is locked first (PostgreSQL; SQLite writes one at a time), so two removals at once
     cannot both pass the check below. An account named after a removed identity (made by it,
     just in time) is renamed, so that identity can never reach it again by the name.
 
+    Only the ways in that the current settings allow count: an identity at a provider still
+    configured (``configured``: their ids), and the account's password only while local
+    accounts sign in (``passwords_sign_in``). A password kept from before ``local_accounts =
+    false`` opens nothing, so it must not let the last provider go.
+
     Raises:
-        LastWayIn: the account would keep no password and no identity at a provider still
-            configured (``configured``: their ids).
+        LastWayIn: the account would keep no way in that the settings allow.
     """
     user = session.execute(
         select(_USERS.c.username, _USERS.c.password_hash)
@@ -328,7 +339,7 @@ def unlink(session: Session, user_id: str, provider_id: str, configured: set[str
     others = [
         row for row in mine if row.provider_id != provider_id and row.provider_id in configured
     ]
-    if not others and not has_password(user.password_hash):
+    if not others and not (passwords_sign_in and has_password(user.password_hash)):
         raise LastWayIn(provider_id)
     session.execute(
         delete(_IDENTITIES).where(
