@@ -79,7 +79,7 @@ class Settings(BaseModel):
     """Seconds after a refresh token is rotated during which the same client (with the same DPoP
     key, for a bound token) may present it again and get a new pair from the same grant, as
     parallel refreshes and retries after a lost response do; past it, reuse revokes the grant.
-    0: strict single use."""
+    0: strict single use. The default and what a thief gains within it: docs/security.md T13."""
     interaction_ttl: int = Field(default=600, ge=60, le=3600)
     """Seconds a person has to sign in and decide on a pending authorization request."""
     session_ttl: int = Field(default=8 * 3600, ge=60)
