@@ -75,6 +75,11 @@ class Settings(BaseModel):
     """Absolute lifetime of a refresh-token family, in seconds."""
     refresh_token_idle_ttl: int = Field(default=14 * 86400, ge=60)
     """Seconds a refresh token may go unused."""
+    refresh_token_reuse_grace: int = Field(default=30, ge=0, le=300)
+    """Seconds after a refresh token is rotated during which the same client (with the same DPoP
+    key, for a bound token) may present it again and get a new pair from the same grant, as
+    parallel refreshes and retries after a lost response do; past it, reuse revokes the grant.
+    0: strict single use. The default and what a thief gains within it: docs/security.md T13."""
     interaction_ttl: int = Field(default=600, ge=60, le=3600)
     """Seconds a person has to sign in and decide on a pending authorization request."""
     session_ttl: int = Field(default=8 * 3600, ge=60)

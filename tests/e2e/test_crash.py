@@ -40,7 +40,13 @@ CODES = 160
 VERIFIER = "crash-test-verifier-" + "v" * 40
 # every request comes from 127.0.0.1: limits out of reach of the test's volume, but counted (the
 # counters are written during the kill too)
-LIMITS = {"MCPAUTH_RATE_LIMIT_AUTHORIZE": "100000", "MCPAUTH_RATE_LIMIT_TOKEN": "100000"}
+LIMITS = {
+    "MCPAUTH_RATE_LIMIT_AUTHORIZE": "100000",
+    "MCPAUTH_RATE_LIMIT_TOKEN": "100000",
+    # strict single use: a refresh token presented again right away is reuse, not a replay
+    # within the grace, so the ledger can say "works exactly once" without waiting
+    "MCPAUTH_REFRESH_TOKEN_REUSE_GRACE": "0",
+}
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 

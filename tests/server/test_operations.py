@@ -109,18 +109,26 @@ async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> N
 
 
 async def test_the_audit_trail_records_the_flow_and_never_a_secret(
-    http: httpx.AsyncClient, public_client: dict[str, Any], caplog: pytest.LogCaptureFixture
+    http: httpx.AsyncClient,
+    public_client: dict[str, Any],
+    settings: Settings,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="mcpauth")
-    issued = await tokens(http, public_client)
-    rotated = (await refresh(http, public_client["client_id"], issued["refresh_token"])).json()
-    await refresh(http, public_client["client_id"], issued["refresh_token"])  # replay
+    cid = public_client["client_id"]
+    with freeze_time() as clock:
+        issued = await tokens(http, public_client)
+        rotated = (await refresh(http, cid, issued["refresh_token"])).json()
+        retried = (await refresh(http, cid, issued["refresh_token"])).json()  # within the grace
+        clock.tick(settings.refresh_token_reuse_grace)
+        await refresh(http, cid, issued["refresh_token"])  # a replay past the grace
     events = [getattr(r, "audit", {}).get("event") for r in caplog.records]
     for event in (
         "login.success",
         "consent.granted",
         "token.issued",
         "token.refreshed",
+        "replay.within_grace",
         "replay.detected",
     ):
         assert event in events
@@ -131,6 +139,8 @@ async def test_the_audit_trail_records_the_flow_and_never_a_secret(
         issued["refresh_token"],
         rotated["refresh_token"],
         rotated["access_token"],
+        retried["refresh_token"],
+        retried["access_token"],
         PASSWORD,
     ]
     assert not [s for s in secrets_seen if s in written]

@@ -1,5 +1,5 @@
 """The token endpoint: single-use codes bound to client, redirect URI, PKCE and resource;
-rotating refresh tokens whose reuse kills the family; RFC 9068 access tokens; client
+rotating refresh tokens whose reuse past the grace kills the family; RFC 9068 access tokens; client
 authentication (docs/security.md T1-T5, T13, T14, T18, T19, T23, T28; AS-05, AS-24, AS-25)."""
 
 from __future__ import annotations
@@ -204,31 +204,41 @@ async def test_resource_may_be_omitted_at_the_token_endpoint(
     assert claims_of(seeded, response.json()["access_token"])["aud"] == RESOURCE
 
 
-async def test_t13_refresh_rotates_and_reuse_kills_the_family(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+async def test_t13_refresh_rotates_and_reuse_after_the_grace_kills_the_family(
+    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     cid = public_client["client_id"]
-    first = await tokens(http, public_client)
-    rotated = await refresh(http, cid, first["refresh_token"])
-    assert rotated.status_code == 200
-    assert rotated.headers["cache-control"] == "no-store"
-    new = rotated.json()["refresh_token"]
-    assert new != first["refresh_token"]
-    replay = await refresh(http, cid, first["refresh_token"])
-    assert replay.json()["error"] == "invalid_grant"
-    killed = await refresh(http, cid, new)
-    assert killed.status_code == 400
-    assert killed.json()["error"] == "invalid_grant"
+    with freeze_time() as clock:
+        first = await tokens(http, public_client)
+        rotated = await refresh(http, cid, first["refresh_token"])
+        assert rotated.status_code == 200
+        assert rotated.headers["cache-control"] == "no-store"
+        new = rotated.json()["refresh_token"]
+        assert new != first["refresh_token"]
+        clock.tick(settings.refresh_token_reuse_grace)  # OAuth 2.1 §4.3.1: now it is reuse
+        replay = await refresh(http, cid, first["refresh_token"])
+        assert replay.json()["error"] == "invalid_grant"
+        killed = await refresh(http, cid, new)
+        assert killed.status_code == 400
+        assert killed.json()["error"] == "invalid_grant"
 
 
-async def test_t13_concurrent_refreshes_have_at_most_one_winner(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+async def test_t13_concurrent_refreshes_all_win_within_the_grace_and_die_with_their_family(
+    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
-    first = await tokens(http, public_client)
-    responses = await asyncio.gather(
-        *(refresh(http, public_client["client_id"], first["refresh_token"]) for _ in range(10))
-    )
-    assert [r.status_code for r in responses].count(200) == 1
+    cid = public_client["client_id"]
+    with freeze_time() as clock:
+        first = await tokens(http, public_client)
+        responses = await asyncio.gather(
+            *(refresh(http, cid, first["refresh_token"]) for _ in range(10))
+        )
+        assert [r.status_code for r in responses] == [200] * 10
+        issued = {r.json()["refresh_token"] for r in responses}
+        assert len(issued) == 10
+        clock.tick(settings.refresh_token_reuse_grace)
+        assert (await refresh(http, cid, first["refresh_token"])).status_code == 400
+        for token in issued:  # one family: the reuse past the grace revoked every member
+            assert (await refresh(http, cid, token)).json()["error"] == "invalid_grant"
 
 
 async def test_t13_scope_may_narrow_but_never_widen(

@@ -1,12 +1,13 @@
 """Grants and everything issued from them: authorization codes, refresh tokens, consents and
 pending interactions. Single use is decided by conditional UPDATEs whose row count says who
-won, so racing requests (threads or replicas) cannot both redeem one code or refresh token."""
+won, so racing requests (threads or replicas) cannot both redeem one code or refresh token; the
+grace for a just-rotated refresh token is decided the same way."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Row, Table, delete, insert, update
+from sqlalchemy import Connection, CursorResult, Row, Table, delete, exists, insert, update
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -63,6 +64,29 @@ def rotate_refresh_token(conn: Connection, digest: str, now: int) -> bool:
         update(REFRESH_TOKENS)
         .where(REFRESH_TOKENS.c.digest == digest, REFRESH_TOKENS.c.rotated_at.is_(None))
         .values(rotated_at=now)
+    )
+    return _rowcount(result) == 1
+
+
+def replay_refresh_token(
+    conn: Connection, digest: str, grant_id: str, now: int, grace: int
+) -> bool:
+    """Whether the rotated refresh token ``digest`` may be used once more: it was rotated by a
+    use less than ``grace`` seconds ago and its grant ``grant_id`` still lives. The decision
+    updates the grant's row (locking it on PostgreSQL), so a concurrent revocation of the grant
+    either waits for this refresh (and then revokes what it issues) or makes it fail."""
+    if grace <= 0:
+        return False
+    # a live grant's tokens are rotated only by use: revoking it is what rotates the others
+    rotated_within_grace = exists().where(
+        REFRESH_TOKENS.c.digest == digest,
+        REFRESH_TOKENS.c.grant_id == grant_id,
+        REFRESH_TOKENS.c.rotated_at > now - grace,
+    )
+    result = conn.execute(
+        update(GRANTS)
+        .where(GRANTS.c.id == grant_id, GRANTS.c.revoked_at.is_(None), rotated_within_grace)
+        .values(last_used_at=now)
     )
     return _rowcount(result) == 1
 

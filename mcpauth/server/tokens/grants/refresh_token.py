@@ -1,6 +1,8 @@
 """The refresh_token grant (OAuth 2.1 §4.3): every use rotates the token; presenting a rotated
-token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; docs/security.md T13);
-scopes may narrow, never widen; the resource stays the grant's."""
+token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; docs/security.md T13),
+except the same client (and DPoP key) presenting it again within `refresh_token_reuse_grace`
+of its rotation, which gets a new pair from the same grant; scopes may narrow, never widen; the
+resource stays the grant's."""
 
 from __future__ import annotations
 
@@ -34,10 +36,40 @@ def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
 
 
 def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthError:
-    """A rotated token came back (OAuth 2.1 §4.3.1): the whole grant is revoked."""
+    """A rotated token came back past its grace (OAuth 2.1 §4.3.1): the whole grant is revoked."""
     grant_store.revoke_grant(conn, grant_id, now)
     audit("replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant_id)
     return InvalidGrant("The refresh token was already used; its grant is revoked")
+
+
+def _replayed(conn: Connection, client: Client, token: Row[Any], now: int, grace: int) -> bool:
+    """Whether the rotated ``token`` is back within the grace (parallel refreshes, a retry after
+    a lost response): it is then used once more, and nothing is revoked."""
+    if not grant_store.replay_refresh_token(conn, token.digest, token.grant_id, now, grace):
+        return False
+    audit(
+        "replay.within_grace",
+        kind="refresh_token",
+        client_id=client.client_id,
+        grant_id=token.grant_id,
+    )
+    return True
+
+
+def _presented(
+    conn: Connection, client: Client, form: dict[str, str]
+) -> tuple[Row[Any], Row[Any]] | OAuthError:
+    """The client's refresh token named by the form, with its grant, which lives."""
+    value = form.get("refresh_token")
+    if not value:
+        return InvalidRequest("refresh_token is required")
+    token = grant_store.refresh_token_by_digest(conn, digest(value))
+    if token is None or token.client_id != client.client_id:
+        return InvalidGrant("The refresh token is invalid")
+    grant = grant_store.grant_by_id(conn, token.grant_id)
+    if grant is None or grant.revoked_at is not None:
+        return InvalidGrant("The grant was revoked")  # and the grace never revives it
+    return token, grant
 
 
 def _rotate(
@@ -49,22 +81,22 @@ def _rotate(
     jkt: str | None,
     resources: Resources,
 ) -> Issuance | OAuthError:
-    value = form.get("refresh_token")
-    if not value:
-        return InvalidRequest("refresh_token is required")
-    token = grant_store.refresh_token_by_digest(conn, digest(value))
-    if token is None or token.client_id != client.client_id:
-        return InvalidGrant("The refresh token is invalid")
-    grant = grant_store.grant_by_id(conn, token.grant_id)
-    if grant is None or grant.revoked_at is not None:
-        return InvalidGrant("The grant was revoked")
-    if token.rotated_at is not None:
+    presented = _presented(conn, client, form)
+    if isinstance(presented, OAuthError):
+        return presented
+    token, grant = presented
+    grace = ctx.settings.refresh_token_reuse_grace
+    replay = token.rotated_at is not None
+    # RFC 9700 §4.14.2: a rotated token presented again past the grace is taken for theft
+    if replay and not _replayed(conn, client, token, now, grace):
         return _reused(conn, client, grant.id, now)
     if token.expires_at <= now:
         return InvalidGrant("The refresh token has expired")
     # Validate the whole request before rotating: a refused refresh (a wider scope, another
     # resource) leaves the token usable, so the client's corrected retry is not taken for reuse.
     if token.dpop_jkt is not None and (jkt is None or not same_secret(jkt, token.dpop_jkt)):
+        if replay:  # RFC 9449 §5: only the key's holder is the same caller
+            return _reused(conn, client, grant.id, now)
         return InvalidDPoPProof(
             "The refresh token is bound to a DPoP key: present a proof signed with that key"
         )
@@ -73,8 +105,10 @@ def _rotate(
         require_proof(client, resources.by_uri.get(token.resource), jkt)
     except OAuthError as error:
         return error
-    if not grant_store.rotate_refresh_token(conn, token.digest, now):
-        return _reused(conn, client, grant.id, now)  # a concurrent use rotated it first
+    rotated = replay or grant_store.rotate_refresh_token(conn, token.digest, now)
+    # lost to a concurrent use that rotated it first: this request is then its replay
+    if not rotated and not _replayed(conn, client, token, now, grace):
+        return _reused(conn, client, grant.id, now)
     person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
     issuance = for_grant(ctx.settings, grant, scopes, now, person)
     if jkt is not None:
