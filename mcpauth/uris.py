@@ -119,6 +119,14 @@ def _canonical(uri: str) -> str:
 _canonical_memo = functools.lru_cache(maxsize=512)(_canonical)
 
 
+def without_trailing_slash(canonical: str) -> str:
+    """A canonical resource URI with its path's trailing slashes dropped: the form two
+    spellings of one server share (``https://a`` and ``https://a/``; ``https://a/mcp/`` and
+    ``https://a/mcp``), since clients add the slash (WHATWG ``href``) or strip it."""
+    parts = urlsplit(canonical)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
 def check_issuer(issuer: str) -> str:
     """Validate an issuer identifier (RFC 8414 §2) and return it unchanged, byte for byte.
 

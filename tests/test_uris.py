@@ -104,3 +104,17 @@ def test_parse_url_accepts_valid_idna_and_ipv6_hosts(good: str) -> None:
 def test_canonical_resource_refuses_malformed_urls_with_uri_error(bad: str) -> None:
     with pytest.raises(URIError):
         canonical_resource(bad)
+
+
+@pytest.mark.parametrize(
+    ("canonical", "loose"),
+    [
+        ("https://mcp.example.com/", "https://mcp.example.com"),
+        ("https://mcp.example.com", "https://mcp.example.com"),
+        ("https://mcp.example.com/mcp/", "https://mcp.example.com/mcp"),
+        ("https://mcp.example.com/mcp/?t=1", "https://mcp.example.com/mcp?t=1"),
+        ("http://[::1]:8000/Mcp", "http://[::1]:8000/Mcp"),
+    ],
+)
+def test_without_trailing_slash_is_the_form_two_spellings_share(canonical: str, loose: str) -> None:
+    assert uris.without_trailing_slash(canonical) == loose

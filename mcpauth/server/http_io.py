@@ -101,17 +101,37 @@ def media_type(request: Request) -> str:
     return bare_media_type(request.headers.get("content-type", ""))
 
 
+def repeated_names(pairs: list[tuple[str, str]]) -> set[str]:
+    """The names given more than once (RFC 6749 §3.1: parameters must not be repeated). A
+    ``resource`` repeated with the very same value is one resource named twice (Codex CLI does
+    that), not two: it is not counted."""
+    seen: dict[str, str] = {}
+    repeated: set[str] = set()
+    for name, value in pairs:
+        if name in seen and not (name == "resource" and seen[name] == value):
+            repeated.add(name)
+        seen.setdefault(name, value)
+    return repeated
+
+
+REPEATED_RESOURCE = (
+    "resource was given more than once with different values: name one resource per request"
+)
+
+
 def single_valued(pairs: list[tuple[str, str]]) -> dict[str, str]:
-    """Parameters as a dict; a repeated name is an error; empty values count as absent.
+    """Parameters as a dict; a repeated name is an error (see :func:`repeated_names`); empty
+    values count as absent.
 
     Raises:
         InvalidRequest: a parameter appears more than once.
     """
-    params: dict[str, str] = {}
-    for name, value in pairs:
-        if name in params:
-            raise InvalidRequest(f"The {name!r} parameter must not be repeated")
-        params[name] = value
+    repeated = repeated_names(pairs)
+    if "resource" in repeated:
+        raise InvalidRequest(REPEATED_RESOURCE)
+    if repeated:
+        raise InvalidRequest(f"The {sorted(repeated)[0]!r} parameter must not be repeated")
+    params = dict(pairs)
     return {k: v for k, v in params.items() if v != ""}
 
 

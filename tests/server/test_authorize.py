@@ -208,16 +208,20 @@ async def test_t27_a_repeated_client_id_or_redirect_uri_is_never_redirected(
     assert "location" not in response.headers
 
 
-async def test_two_resources_in_one_request_are_invalid_target(
+async def test_two_resources_in_one_request_are_invalid_request(
     http: httpx.AsyncClient, trusted_client: dict[str, Any]
 ) -> None:
+    # was invalid_target: a repeated parameter is a malformed request, and the description
+    # says so plainly (Codex CLI repeats `resource`; the same value twice is accepted)
     params = [
         *_params(trusted_client["client_id"]).items(),
         ("resource", RESOURCE),
         ("resource", "http://127.0.0.1:8001/mcp"),
     ]
     response = await _get(http, params)
-    assert query(response.headers["location"])["error"] == "invalid_target"
+    error = query(response.headers["location"])
+    assert error["error"] == "invalid_request"
+    assert "more than once with different values" in error["error_description"]
 
 
 async def test_omitted_resource_and_scope_use_the_default_resource_and_its_default_scopes(

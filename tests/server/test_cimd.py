@@ -297,7 +297,7 @@ def test_as12_client_name_and_redirect_uris_are_required(
         ("https://app.example.com/cb#x", "must not contain a fragment"),
         ("https://*.example.com/cb", "wildcards are not allowed"),
         ("/relative/cb", "must be an absolute URI"),
-        ("myapp:/cb", "reverse domain name"),
+        ("vbscript:msgbox(1)", "'vbscript' scheme is not allowed"),
     ],
 )
 def test_as11_each_redirect_uri_follows_the_registration_rules(

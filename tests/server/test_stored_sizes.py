@@ -299,7 +299,7 @@ async def test_an_over_long_metadata_document_member_is_refused_on_a_page_and_st
             "at most 50 scopes",
         ),
         ({"resource": "http://127.0.0.1:8000/" + "r" * 4000}, "invalid_target", "not served"),
-        ({"client_id": "c" * 4000}, "invalid_client", "not registered here"),
+        ({"client_id": "c" * 4000}, "invalid_client", "does not know the application"),
         ({"prompt": "p" * 4000}, "invalid_request", "prompt must be"),
     ],
     ids=lambda c: str(c)[:16],

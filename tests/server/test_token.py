@@ -387,7 +387,7 @@ async def test_confidential_client_authenticates_with_basic(
 
 
 @pytest.mark.parametrize(
-    "how", ["wrong-secret", "no-secret", "unknown-client", "post-instead-of-basic"]
+    "how", ["wrong-secret", "no-secret", "unknown-client", "wrong-secret-in-body"]
 )
 async def test_failed_client_authentication_is_401_invalid_client_with_a_challenge(
     http: httpx.AsyncClient, confidential: dict[str, Any], how: str
@@ -401,8 +401,8 @@ async def test_failed_client_authentication_is_401_invalid_client_with_a_challen
         form["client_id"] = cid
     elif how == "unknown-client":
         headers = basic("nobody", secret)
-    else:
-        form.update(client_id=cid, client_secret=secret)
+    else:  # was post-instead-of-basic: the body may carry the secret, the right one only
+        form.update(client_id=cid, client_secret=secret + "x")
     response = await http.post("/token", data=form, headers=headers)
     assert response.status_code == 401
     assert response.json()["error"] == "invalid_client"

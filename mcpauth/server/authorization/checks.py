@@ -10,7 +10,7 @@ from mcpauth.oauth import SCOPE_TOKEN, s256, same_secret
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
-from mcpauth.uris import URIError, canonical_resource
+from mcpauth.uris import URIError, canonical_resource, without_trailing_slash
 
 # RFC 7636 §4.2: BASE64URL(SHA256(verifier)) is exactly 43 characters
 S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
@@ -81,7 +81,7 @@ def resolve_resource(resources: Resources, requested: str | None) -> Resource:
         canonical = canonical_resource(requested)
     except URIError as exc:
         raise InvalidTarget(f"resource: {exc}") from exc
-    resource = resources.by_uri.get(canonical)
+    resource = resources.find(canonical)  # RFC 8707 §2: compared in canonical form
     if resource is None:
         raise InvalidTarget(f"resource {canonical} is not served by this authorization server")
     return resource
@@ -120,6 +120,8 @@ def scopes_without_refresh(
 def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
     """A token request's optional ``resource`` names the resource already granted (RFC 8707
     §2.2: a code, refresh token or assertion is bound to it); ``difference`` says how not.
+    Absent, it means the granted one (clients omit it on refresh); compared in canonical form,
+    a trailing slash aside. The token is for the granted resource whatever the spelling.
 
     Raises:
         InvalidTarget: not a valid URI, or another resource.
@@ -130,7 +132,7 @@ def check_same_resource(requested: str | None, granted: str, difference: str) ->
         canonical = canonical_resource(requested)
     except URIError as exc:
         raise InvalidTarget(f"resource: {exc}") from exc
-    if canonical != granted:
+    if without_trailing_slash(canonical) != without_trailing_slash(granted):
         raise InvalidTarget(difference)
 
 

@@ -4,7 +4,6 @@ page and never redirect (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2; docs/security.md
 
 from __future__ import annotations
 
-from collections import Counter
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -13,7 +12,6 @@ from starlette.responses import Response
 from mcpauth.errors import (
     InvalidClient,
     InvalidRequest,
-    InvalidTarget,
     OAuthError,
     UnauthorizedClient,
     UnsupportedResponseType,
@@ -27,7 +25,7 @@ from mcpauth.server.clients.records import find_client
 from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
-from mcpauth.server.http_io import media_type, read_body
+from mcpauth.server.http_io import REPEATED_RESOURCE, media_type, read_body, repeated_names
 from mcpauth.server.operations.size_limits import MAX_STATE_LENGTH
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client, Interaction
@@ -35,6 +33,12 @@ from mcpauth.server.threads import run_blocking
 from mcpauth.uris import MalformedURL, parse_url
 
 PROMPTS = frozenset({"none", "login", "consent"})
+UNKNOWN_CLIENT = (
+    "This server does not know the application that sent you here: its registration has "
+    "expired or was removed. Go back to the application and reconnect it to this server "
+    "(disconnect and connect again, or sign out of this server and back in); it will register "
+    "afresh."
+)
 
 
 class Unredirectable(Exception):
@@ -76,7 +80,9 @@ def _client_and_redirect(
     except InvalidClient as exc:  # a metadata document that cannot be used (AS-14: abort)
         raise Unredirectable("invalid_client", exc.description) from exc
     if client is None:
-        raise Unredirectable("invalid_client", "The client is not registered here")
+        # a registration that expired or was removed: the app must register again, which most
+        # do when they reconnect (never a redirect: nothing vouches for the redirect_uri)
+        raise Unredirectable("invalid_client", UNKNOWN_CLIENT)
     redirect_uri = params.get("redirect_uri")
     if not redirect_uri:
         raise Unredirectable("invalid_request", "The redirect_uri parameter is missing")
@@ -96,7 +102,7 @@ def _validate(
     ctx: ServerContext, client: Client, params: dict[str, str], repeated: set[str], sid: str
 ) -> AuthorizationRequest:
     if "resource" in repeated:
-        raise InvalidTarget("Only one resource may be requested at a time")
+        raise InvalidRequest(REPEATED_RESOURCE)
     if repeated:
         raise InvalidRequest(f"Parameters must not be repeated: {', '.join(sorted(repeated))}")
     response_type = params.get("response_type")
@@ -133,8 +139,7 @@ def _validate(
 
 
 def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str) -> Response:
-    counts = Counter(name for name, _ in pairs)
-    repeated = {name for name, count in counts.items() if count > 1}
+    repeated = repeated_names(pairs)
     params = {name: value for name, value in pairs if value != ""}
     try:
         client, redirect_uri = _client_and_redirect(ctx, params, repeated)

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from starlette.responses import RedirectResponse, Response
 
 from mcpauth.errors import OAuthError
+from mcpauth.server.browser.display import redirect_view
 from mcpauth.server.browser.pages import SECURITY_HEADERS, error_page
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_id, new_token
@@ -81,8 +82,14 @@ def error_redirect(
         error.error,
         error.description,
         continue_url=url,
-        continue_host=parse_url(redirect_uri).netloc,
+        continue_host=_destination(redirect_uri),
     )
+
+
+def _destination(redirect_uri: str) -> str:
+    """Where the error page's link leads, in words (a custom scheme has no host to name)."""
+    view = redirect_view(redirect_uri)
+    return view.address or view.label
 
 
 def issue_code(

@@ -34,23 +34,36 @@ class RedirectView:
     loopback: bool = False
 
 
-def redirect_view(uri: str) -> RedirectView:
-    """Where the browser is sent after the decision, as a person should read it."""
+def redirect_view(uri: str, *, self_registered: bool = False) -> RedirectView:
+    """Where the browser is sent after the decision, as a person should read it; a warning when
+    nothing ties that address to the application (a scheme any app on the device may claim, or
+    a web address a ``self_registered`` client named itself)."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        return RedirectView(f"the application that handles {scheme}: links on this device")
+        return RedirectView(
+            f"the application that handles {scheme}: links on this device",
+            warning=(
+                f"Any application installed on this device can ask to handle {scheme}: links. "
+                "Only approve if you just started this from the application named above."
+            ),
+        )
     host, international = ascii_host(parts.hostname or "")
     label = f"{host}:{parts.port}" if parts.port else host
     if is_loopback_host(parts.hostname):
         return RedirectView(f"this computer ({label})", label, loopback=True)
-    warning = (
-        f"The address {label} contains characters outside plain ASCII (shown in its ASCII "
-        "form); make sure it is the site you expect."
-        if international
-        else ""
-    )
-    return RedirectView(label, label, warning)
+    warnings = []
+    if international:
+        warnings.append(
+            f"The address {label} contains characters outside plain ASCII (shown in its ASCII "
+            "form); make sure it is the site you expect."
+        )
+    if self_registered:
+        warnings.append(
+            f"The application gave the address {label} itself and nothing confirms that it "
+            "belongs to it; only approve if you expect to return to that site."
+        )
+    return RedirectView(label, label, " ".join(warnings))
 
 
 def _site(host: str) -> str:

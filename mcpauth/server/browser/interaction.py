@@ -160,7 +160,7 @@ def _consent_page(
         again=bool(granted) and not new,
         offline=req.offline,
         shared=_in_words(shared),
-        redirect=redirect_view(req.redirect_uri),  # always shown
+        redirect=redirect_view(req.redirect_uri, self_registered=view.unverified),  # always shown
         loopback_only=all_loopback(client.redirect_uris),
         action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
         account_url=ctx.endpoint_url("account"),

@@ -1,6 +1,7 @@
-"""Client authentication at the token endpoint (OAuth 2.1 §2.4): exactly one method, the
-one the client registered; secrets compared as digests in constant time; failures throttled
-per client and per address (docs/security.md T18, T19)."""
+"""Client authentication at the token endpoint (OAuth 2.1 §2.4): exactly one method per
+request, of the kind the client registered (a secret-bearing client may send its secret by
+Basic or in the body, whichever it registered); secrets compared as digests in constant
+time; failures throttled per client and per address (docs/security.md T18, T19)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
 # entropy, so a guess spread over many addresses is hopeless and needs no per-client lock.
 SECRET_FAILURES = throttle.Limit(failures=20, window=900, lockout=60)
 ADDRESS_FAILURES = throttle.Limit(failures=100, window=900, lockout=60)
+
+
+def method_accepted(registered: str, presented: str) -> bool:
+    """Whether a request authenticating with ``presented`` satisfies a client registered for
+    ``registered``. The two secret methods carry the same secret and differ only in where it
+    travels; real clients pick one regardless of what they registered (the Python SDK registers
+    nothing and sends Basic, VS Code and Gemini CLI send the body), so either is accepted."""
+    if registered in SECRET_METHODS:
+        return presented in SECRET_METHODS
+    return registered == presented
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ def authenticated_from_memory(
     if client is None or ctx.lockouts.cached_retry_after(_keys(credentials, address), now) != 0:
         return None
     if (
-        client.token_endpoint_auth_method == credentials.method
+        method_accepted(client.token_endpoint_auth_method, credentials.method)
         and matches(credentials.secret or "", client.secret_digest)
         and (client.secret_expires_at == 0 or client.secret_expires_at > now)
     ):
@@ -134,7 +145,9 @@ def authenticate(
         if wait:
             raise TooManyRequests("Too many failed client authentications", retry_after=wait)
     client = find_client(ctx, credentials.client_id)
-    method_ok = client is not None and client.token_endpoint_auth_method == credentials.method
+    method_ok = client is not None and method_accepted(
+        client.token_endpoint_auth_method, credentials.method
+    )
     if credentials.method in ("none", "private_key_jwt"):  # the assertion is checked after
         if method_ok and client is not None:
             return client

@@ -12,16 +12,22 @@ from mcpauth.errors import InvalidRedirectUri
 from mcpauth.server.operations.size_limits import MAX_URI_LENGTH
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
+# Schemes a browser would run, read from disk or hand to another protocol, and names that
+# imitate a web address; none is ever a client's callback.
 _FORBIDDEN_SCHEMES = frozenset(
-    {"javascript", "data", "file", "vbscript", "about", "blob", "ftp", "ws", "wss", "filesystem"}
-)
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
-_PORT = re.compile(r":\d{1,5}$")
-_LOOPBACK_LITERALS = ("127.0.0.1", "[::1]", "localhost")
+    {
+        "javascript", "data", "file", "vbscript", "about", "blob", "filesystem", "view-source",
+        "ftp", "ws", "wss", "jar", "intent", "mailto", "localhost",
+    }
+)  # fmt: skip
+_CONTROL = re.compile(r"[\x00-\x20\x7f\\]")  # also a backslash, which browsers read as "/"
 
 
-def check_redirect_uri(uri: object, *, application_type: str, field: str = "redirect_uri") -> str:
-    """Validate one redirect URI for registration and return it unchanged.
+def check_redirect_uri(
+    uri: object, *, application_type: str, public: bool, field: str = "redirect_uri"
+) -> str:
+    """Validate one redirect URI for registration and return it unchanged: https, http on a
+    loopback host, or a private-use scheme for a native app or a public client.
 
     Raises:
         InvalidRedirectUri: with a description naming ``field`` and the broken rule.
@@ -31,7 +37,9 @@ def check_redirect_uri(uri: object, *, application_type: str, field: str = "redi
     if len(uri) > MAX_URI_LENGTH:
         raise InvalidRedirectUri(f"{field}: longer than {MAX_URI_LENGTH} characters")
     if _CONTROL.search(uri):
-        raise InvalidRedirectUri(f"{field}: must not contain spaces or control characters")
+        raise InvalidRedirectUri(
+            f"{field}: must not contain spaces, backslashes or control characters"
+        )
     if "#" in uri:
         raise InvalidRedirectUri(f"{field}: must not contain a fragment")
     if "*" in uri:
@@ -43,18 +51,10 @@ def check_redirect_uri(uri: object, *, application_type: str, field: str = "redi
     scheme = parts.scheme.lower()
     if not scheme:
         raise InvalidRedirectUri(f"{field}: must be an absolute URI")
-    if scheme in _FORBIDDEN_SCHEMES:
-        raise InvalidRedirectUri(f"{field}: the {scheme!r} scheme is not allowed")
     if scheme in ("http", "https"):
         _check_web_uri(parts, field)
         return uri
-    # RFC 8252 §7.1: private-use schemes are for native apps, in reverse domain name form
-    if application_type != "native":
-        raise InvalidRedirectUri(f"{field}: a custom scheme requires application_type 'native'")
-    if "." not in scheme:
-        raise InvalidRedirectUri(
-            f"{field}: a private-use scheme must be a reverse domain name (RFC 8252 §7.1)"
-        )
+    _check_private_use_uri(parts, field, application_type=application_type, public=public)
     return uri
 
 
@@ -68,32 +68,55 @@ def _check_web_uri(parts: SplitResult, field: str) -> None:
         raise InvalidRedirectUri(f"{field}: http is allowed only for loopback hosts; use https")
 
 
-def _without_loopback_port(uri: str) -> str | None:
-    """``http://127.0.0.1:5000/cb`` → ``http://127.0.0.1/cb``; None if not http loopback."""
+def _check_private_use_uri(
+    parts: SplitResult, field: str, *, application_type: str, public: bool
+) -> None:
+    """RFC 8252 §7.1 asks native apps for reverse-domain schemes; real clients register
+    ``cursor://`` and ``vscode://`` and keep working only if those are accepted. The scheme is
+    what the operating system hands the code to, and PKCE (always required) keeps a code caught
+    by another app useless, so any scheme is accepted for a native app or a public client,
+    except the dangerous ones and the ones that pass for a web address."""
+    scheme = parts.scheme.lower()
+    if scheme in _FORBIDDEN_SCHEMES:
+        raise InvalidRedirectUri(f"{field}: the {scheme!r} scheme is not allowed")
+    if scheme.startswith(("http", "https")) or len(scheme) == 1:
+        # "https-app:", "httpx:" pass for a web address; "c:" is a Windows drive
+        raise InvalidRedirectUri(f"{field}: the {scheme!r} scheme looks like another kind of URI")
+    if application_type != "native" and not public:
+        raise InvalidRedirectUri(
+            f"{field}: a private-use scheme is for native apps and public clients "
+            "(application_type 'native' or token_endpoint_auth_method 'none')"
+        )
+    if not (parts.netloc or parts.path.strip("/")):
+        raise InvalidRedirectUri(f"{field}: a private-use URI needs a path after the scheme")
+
+
+def _loopback_key(uri: str) -> tuple[str, str, str, str] | None:
+    """``(scheme, host, path, query)`` of an http loopback URI, the port left out (RFC 8252
+    §7.3); None for anything else, userinfo included."""
     if not uri.startswith("http://"):
         return None
-    rest = uri[len("http://") :]
-    end = len(rest)
-    for stop in ("/", "?"):
-        index = rest.find(stop)
-        if index != -1:
-            end = min(end, index)
-    netloc, tail = rest[:end], rest[end:]
-    host = _PORT.sub("", netloc)
-    if host not in _LOOPBACK_LITERALS:
+    try:
+        parts = parse_url(uri)
+    except MalformedURL:
         return None
-    return f"http://{host}{tail}"
+    host = parts.hostname
+    if not is_loopback_host(host) or "@" in parts.netloc or host is None:
+        return None
+    return ("http", host, parts.path or "/", parts.query)  # RFC 3986 §6.2.3: "" is "/"
 
 
 def redirect_uri_matches(requested: str, registered: Iterable[str]) -> bool:
-    """Exact string match, except that the port of an http loopback URI may differ."""
+    """Exact string match (RFC 9700 §4.1.3), except that the port of an http loopback URI
+    may differ, also from a registered URI without a port (RFC 8252 §7.3). Host and path are
+    never relaxed: ``localhost`` and ``127.0.0.1`` stay different hosts."""
     registered = list(registered)
     if requested in registered:
         return True
-    portless = _without_loopback_port(requested)
-    if portless is None:
+    key = _loopback_key(requested)
+    if key is None:
         return False
-    return any(_without_loopback_port(uri) == portless for uri in registered)
+    return any(_loopback_key(uri) == key for uri in registered)
 
 
 def host_of(uri: str) -> str | None:

@@ -55,11 +55,11 @@ class ValidatedClient:
             "response_types": self.response_types,
             "token_endpoint_auth_method": self.token_endpoint_auth_method,
             "application_type": self.application_type,
-            "client_name": self.client_name,
         }
-        for key in ("scope", "jwks", "jwks_uri"):
+        # absent members are left out, never null or "" (clients validate what they get back)
+        for key in ("client_name", "scope", "jwks", "jwks_uri"):
             value = getattr(self, key)
-            if value is not None:
+            if value is not None and value != "":
                 doc[key] = value
         doc.update(self.extra)
         return doc
@@ -147,9 +147,9 @@ def _application_type(raw: dict[str, Any], uris: list[str]) -> str:
 
 def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
     value = _string(raw, "scope", limit=MAX_SCOPE_LENGTH)
-    if value is None:
+    scopes = [s for s in (value or "").split(" ") if s]
+    if not scopes:  # `scope: ""` (Gemini CLI, Inspector v2) asks for nothing in particular
         return None
-    scopes = value.split(" ")
     for scope in scopes:
         if not SCOPE_TOKEN.match(scope):
             raise InvalidClientMetadata("scope: must be space-separated scope tokens")
@@ -159,6 +159,9 @@ def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
 
 
 def _auth_method(raw: dict[str, Any], supported: tuple[str, ...]) -> str:
+    """The registered method; RFC 7591 §2's default ``client_secret_basic`` when omitted (the
+    MCP Python SDK from 1.23 omits it): the client is issued a secret, which it may then send
+    by Basic or in the body (``clients.authentication``)."""
     method = _string(raw, "token_endpoint_auth_method") or "client_secret_basic"
     if method not in supported:
         choices = ", ".join(supported)
@@ -254,9 +257,14 @@ def validate_client_metadata(
     if not uris and "authorization_code" in grants:
         raise InvalidClientMetadata("redirect_uris: required for the authorization_code grant")
     application_type = _application_type(raw, uris)
-    for index, uri in enumerate(uris):
-        check_redirect_uri(uri, application_type=application_type, field=f"redirect_uris[{index}]")
     method = _auth_method(raw, auth_methods)
+    for index, uri in enumerate(uris):
+        check_redirect_uri(
+            uri,
+            application_type=application_type,
+            public=method == "none",
+            field=f"redirect_uris[{index}]",
+        )
     jwks = _jwks(raw)
     jwks_uri = _https_uri(raw, "jwks_uri")
     if jwks is not None and jwks_uri is not None:
