@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from mcpauth.server.clients.validation import (
 )
 from mcpauth.server.config import Settings
 from mcpauth.server.operations.size_limits import MAX_CLIENT_ID_URL_LENGTH
+from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.models import Client
 
 Fetcher = Callable[[str], FetchedResponse]
@@ -288,14 +290,27 @@ class MetadataCache(ExpiringCache[str, dict[str, Any]]):
         super().__init__(ttl=0, max_entries=max_entries, clock=wall_clock)
 
 
-def fetcher_for(settings: Settings, **options: Any) -> SafeFetcher:
-    """The SSRF-safe fetcher the CIMD settings describe (``options``: e.g. ``ssl_context``)."""
+def fetcher_for(
+    settings: Settings,
+    outbound: Outbound | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+) -> SafeFetcher:
+    """The SSRF-safe fetcher the CIMD settings describe, on the server's outbound route
+    (``outbound``, else the one the settings describe; ``ssl_context`` replaces its trust
+    store: tests trust their own CA).
+
+    Raises:
+        ConfigurationError: ``outbound_ca_file`` cannot be loaded.
+    """
+    route = outbound or outbound_for(settings, ssl_context=ssl_context)
     return SafeFetcher(
         allow_hosts=settings.cimd_allow_hosts,
         deny_hosts=settings.cimd_deny_hosts,
         timeout=settings.cimd_timeout,
         max_bytes=settings.cimd_max_bytes,
-        **options,
+        ssl_context=route.ssl_context,
+        proxy=route.proxy,
     )
 
 
