@@ -137,14 +137,14 @@ def forbidden_name_reason(host: str) -> str | None:
     else:
         reason = forbidden_reason(address)
         return f"{address} is a special-use address ({reason})" if reason else None
+    for suffix in _LOCAL_NAMES:
+        if name == suffix or name.endswith("." + suffix):
+            return f"{name} is a local name ({suffix})"
     labels = name.split(".")
     if len(labels) < 2:
         return f"{name} is a single-label name (resolved by the proxy's local search rules)"
     if labels[-1].isdigit() or labels[-1].startswith("0x"):
         return f"{name} is an address in a numeric notation, not a DNS name"
-    for suffix in _LOCAL_NAMES:
-        if name == suffix or name.endswith("." + suffix):
-            return f"{name} is a local name ({suffix})"
     return None
 
 
