@@ -139,6 +139,7 @@ def test_proxy_credentials_are_never_shown_in_the_route() -> None:
     route = parse_proxy("http://user:p%40ss@proxy.example:3128")
     assert route.url == "http://proxy.example:3128"
     assert route.auth == ("user", "p@ss")
+    assert "p@ss" not in repr(route)
     assert parse_proxy("http://[::1]").url == "http://[::1]:80"
 
 

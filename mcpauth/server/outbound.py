@@ -7,7 +7,7 @@ settings say where traffic goes."""
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -28,8 +28,8 @@ class ProxyRoute:
 
     host: str
     port: int
-    username: str | None = None
-    password: str | None = None
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)  # never in a log line
 
     @property
     def url(self) -> str:
