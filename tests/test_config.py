@@ -10,6 +10,7 @@ import pytest
 from mcpauth.errors import ConfigurationError
 from mcpauth.server.config import load_settings
 from mcpauth.server.crypto import resolve_server_secret
+from mcpauth.server.outbound import parse_proxy, trust_store
 from mcpauth.server.storage.database import sqlite_file
 
 
@@ -99,3 +100,56 @@ def test_environment_lists_and_tables_follow_the_setting_type() -> None:
     assert settings.trusted_idps == {"https://idp.example": "https://idp.example/jwks"}
     with pytest.raises(ConfigurationError, match="MCPAUTH_TRUSTED_IDPS must be a JSON object"):
         load_settings(environ={"MCPAUTH_TRUSTED_IDPS": "not json"})
+
+
+def test_the_outbound_proxy_and_ca_file_come_from_the_file_or_the_environment(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mcpauth.toml"
+    config.write_text(
+        '[mcpauth]\noutbound_proxy = "http://127.0.0.1:3128"\n'
+        'outbound_ca_file = "/etc/ssl/corporate.pem"\n'
+    )
+    settings = load_settings(config_file=config, environ={})
+    assert settings.outbound_proxy == "http://127.0.0.1:3128"
+    assert settings.outbound_ca_file == "/etc/ssl/corporate.pem"
+    env = {"MCPAUTH_OUTBOUND_PROXY": "http://proxy.internal:8080"}
+    assert (
+        load_settings(config_file=config, environ=env).outbound_proxy
+        == env["MCPAUTH_OUTBOUND_PROXY"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("proxy", "message"),
+    [
+        ("https://proxy.example:3128", "must be an http:// URL"),
+        ("socks5://proxy.example:1080", "must be an http:// URL"),
+        ("http://proxy.example:3128/path", "without a path, query or fragment"),
+        ("http://:3128", "must name the proxy's host"),
+        ("http://proxy.example:99999", "invalid port"),
+    ],
+)
+def test_an_unusable_outbound_proxy_is_refused_by_name(proxy: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^outbound_proxy: .*{message}"):
+        load_settings(environ={"MCPAUTH_OUTBOUND_PROXY": proxy})
+
+
+def test_proxy_credentials_are_never_shown_in_the_route() -> None:
+    route = parse_proxy("http://user:p%40ss@proxy.example:3128")
+    assert route.url == "http://proxy.example:3128"
+    assert route.auth == ("user", "p@ss")
+    assert "p@ss" not in repr(route)
+    assert parse_proxy("http://[::1]").url == "http://[::1]:80"
+
+
+def test_an_outbound_ca_file_that_cannot_be_loaded_is_a_configuration_error(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(ConfigurationError, match=r"^outbound_ca_file: cannot load"):
+        trust_store(str(missing))
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigurationError, match=r"^outbound_ca_file: cannot load"):
+        trust_store(str(garbage))

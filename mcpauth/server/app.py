@@ -276,8 +276,10 @@ def create_app(
     served (``mcpauth serve``, uvicorn, another ASGI server): ``trusted_proxies`` by a
     proxy-headers middleware in front of everything, ``log_level`` and ``log_format`` when
     the app starts (its lifespan), on the ``mcpauth`` loggers only; ``configure_logs=False``
-    leaves logging to the embedding application. ``outbound_ssl_context`` verifies the
-    servers of client metadata documents and ``jwks_uri``s (tests pass a private CA).
+    leaves logging to the embedding application. ``outbound_ssl_context`` replaces the trust
+    store of every outbound connection (client metadata documents, ``jwks_uri``s, trusted
+    issuers' keys, upstream providers; tests pass a private CA); ``outbound_ca_file`` only
+    adds to the default one.
     ``sign_in`` replaces the built-in sign-in step (password and upstream providers) with an
     application's own (:class:`~mcpauth.server.browser.sign_in_step.SignInStep`).
 

@@ -23,6 +23,7 @@ from pydantic import (
 
 from mcpauth.errors import ConfigurationError
 from mcpauth.server.federation_settings import UpstreamProvider, WorkloadRule
+from mcpauth.server.outbound import parse_proxy
 
 __all__ = ["Settings", "UpstreamProvider", "WorkloadRule", "load_settings", "reference"]
 from mcpauth.uris import check_issuer
@@ -168,6 +169,15 @@ class Settings(BaseModel):
     upstream_timeout: float = Field(default=10.0, gt=0, le=60)
     """Seconds each call to an upstream provider (its configuration, keys, token endpoint)
     may take in all."""
+    outbound_proxy: str | None = None
+    """An HTTP proxy, `http://host:port` (credentials as `http://user:password@host:port`),
+    through which every fetch the server makes goes as a CONNECT tunnel: metadata documents,
+    `jwks_uri`s, trusted issuers' keys, upstream providers. The proxy resolves the names, so it
+    must refuse private addresses itself; the server still refuses address literals and local
+    names (docs/security.md). `HTTPS_PROXY` and the like are never read."""
+    outbound_ca_file: str | None = None
+    """A PEM file of CA certificates trusted, besides the default ones, by every outbound TLS
+    connection (a TLS-inspecting proxy's CA, an internal CA)."""
 
     @field_validator("issuer")
     @classmethod
@@ -182,6 +192,14 @@ class Settings(BaseModel):
         if value.startswith("https://") or (value.startswith("/") and not value.startswith("//")):
             return value
         raise ValueError("must be an https URL or a path starting with /")
+
+    @field_validator("outbound_proxy")
+    @classmethod
+    def _outbound_proxy(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parse_proxy(value)
+        return value.strip()
 
     @field_validator("accent_color")
     @classmethod

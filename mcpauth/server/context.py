@@ -18,6 +18,7 @@ from mcpauth.server.crypto import derive_key, resolve_server_secret
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
+from mcpauth.server.outbound import outbound_for
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
 from mcpauth.server.tokens.keys import KeyManager
 
@@ -71,6 +72,8 @@ def build_context(
         ConfigurationError: no usable server secret.
     """
     secret = resolve_server_secret(settings.secret_key, sqlite_file(settings.database_url))
+    # one route (proxy, trust store) for every fetch: documents, key sets, upstream providers
+    outbound = outbound_for(settings, ssl_context=ssl_context)
     db = Database(engine)
     keys = KeyManager(
         db,
@@ -87,13 +90,16 @@ def build_context(
         clock=clock,
         # bound to the issuer: issuers sharing a secret reject each other's cookies
         cookie_secret=derive_key(secret, f"mcpauth cookies {settings.issuer}"),
-        idps=IdentityProviders(settings.trusted_idps),
-        workload_keys=IdentityProviders({w.issuer: w.jwks for w in settings.workloads}),
-        clients=ClientDirectory(settings, ssl_context=ssl_context),
+        idps=IdentityProviders(settings.trusted_idps, outbound=outbound),
+        workload_keys=IdentityProviders(
+            {w.issuer: w.jwks for w in settings.workloads}, outbound=outbound
+        ),
+        clients=ClientDirectory(settings, outbound=outbound),
         upstream=UpstreamProviders(
             settings.upstream,
             key=derive_key(secret, f"mcpauth upstream sign-in {settings.issuer}"),
             timeout=settings.upstream_timeout,
+            outbound=outbound,
             clock=clock,
         ),
         upstream_token_key=derive_key(secret, f"mcpauth upstream tokens {settings.issuer}"),

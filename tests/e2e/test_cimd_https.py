@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,18 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A test CA and a leaf for ``localhost`` and 127.0.0.1: (ca.pem, leaf.pem, leaf.key)."""
+def _subject_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def make_certificates(
+    directory: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1")
+) -> tuple[Path, Path, Path]:
+    """A test CA and a leaf for ``hosts`` (names or addresses; by default ``localhost`` and
+    127.0.0.1): (ca.pem, leaf.pem, leaf.key)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
@@ -70,10 +80,10 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
         .sign(ca_key, hashes.SHA256())
     )
     leaf_key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names = [_subject_name(host) for host in hosts]
     leaf = (
         x509.CertificateBuilder()
-        .subject_name(_name("localhost"))
+        .subject_name(_name(hosts[0]))
         .issuer_name(ca.subject)
         .public_key(leaf_key.public_key())
         .serial_number(x509.random_serial_number())

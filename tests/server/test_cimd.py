@@ -17,6 +17,7 @@ from mcpauth.server.clients.fetch_admission import BUSY, FetchDeclined
 from mcpauth.server.clients.metadata_documents import (
     CIMDError,
     MetadataCache,
+    UnacceptableClientMetadata,
     cache_lifetime,
     check_client_id_url,
     is_cimd_client_id,
@@ -339,7 +340,7 @@ def test_as17_clients_with_only_loopback_or_private_use_redirects_are_native(
         ({"token_endpoint_auth_method": "client_secret_basic"}, "'client_secret_basic' is not"),
         ({"token_endpoint_auth_method": "client_secret_post"}, "'client_secret_post' is not"),
         ({"token_endpoint_auth_method": "client_secret_jwt"}, "'client_secret_jwt' is not"),
-        ({"token_endpoint_auth_method": "tls_client_auth"}, "'tls_client_auth' is not supp"),
+        ({"token_endpoint_auth_method": "tls_client_auth"}, "'tls_client_auth' is not acc"),
         ({"token_endpoint_auth_method": "private_key_jwt"}, "requires jwks or jwks_uri"),
     ],
 )
@@ -372,6 +373,93 @@ def test_as16_private_key_jwt_with_keys_makes_a_confidential_client(
     assert client.jwks_uri == keys.get("jwks_uri")
     assert client.jwks == keys.get("jwks")
     assert client.secret_digest is None
+
+
+KEYS = {"jwks_uri": "https://app.example.com/jwks.json"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "method"),
+    [
+        ({}, "none"),  # nothing declared: a public client
+        ({"token_endpoint_auth_methods_supported": ["none"]}, "none"),
+        (
+            {"token_endpoint_auth_methods_supported": ["private_key_jwt", "none"], **KEYS},
+            "private_key_jwt",
+        ),
+        (
+            {"token_endpoint_auth_methods_supported": ["none", "private_key_jwt"], **KEYS},
+            "private_key_jwt",
+        ),
+        # offered but no keys published: the method it can use
+        ({"token_endpoint_auth_methods_supported": ["private_key_jwt", "none"]}, "none"),
+        # ChatGPT's document: the list wins over the single member kept for older servers
+        (
+            {
+                "token_endpoint_auth_method": "client_secret_basic",
+                "token_endpoint_auth_methods_supported": ["client_secret_basic", "none"],
+            },
+            "none",
+        ),
+        ({"token_endpoint_auth_methods": ["tls_client_auth", "none"]}, "none"),
+        ({"token_endpoint_auth_method": "private_key_jwt", **KEYS}, "private_key_jwt"),
+    ],
+)
+def test_sep3149_the_authentication_method_is_negotiated_from_what_the_document_offers(
+    resolve: Callable[..., Any], publisher: Publisher, changes: dict[str, Any], method: str
+) -> None:
+    publisher.body = document(**changes)
+    client = resolve()
+    assert client.token_endpoint_auth_method == method
+    assert "token_endpoint_auth_methods_supported" not in client.client_metadata
+    assert client.client_metadata["token_endpoint_auth_method"] == method
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {
+                "token_endpoint_auth_methods_supported": [
+                    "client_secret_basic",
+                    "client_secret_post",
+                ]
+            },
+            "token_endpoint_auth_methods_supported "
+            "\\['client_secret_basic', 'client_secret_post'\\]: none is accepted"
+            " for metadata document clients \\(no shared secrets\\)",
+        ),
+        (
+            {"token_endpoint_auth_methods_supported": ["tls_client_auth"]},
+            "token_endpoint_auth_methods_supported 'tls_client_auth' is not accepted",
+        ),
+        ({"token_endpoint_auth_methods_supported": []}, "must be a non-empty array of strings"),
+        ({"token_endpoint_auth_methods_supported": "none"}, "must be a non-empty array of strings"),
+        ({"token_endpoint_auth_methods_supported": ["none", 7]}, "non-empty array of strings"),
+        ({"token_endpoint_auth_method": ["none"]}, "token_endpoint_auth_method must be a string"),
+        (
+            {"token_endpoint_auth_methods_supported": ["private_key_jwt"]},
+            "requires jwks or jwks_uri",
+        ),
+    ],
+)
+def test_sep3149_no_method_in_common_is_refused_as_the_clients_configuration(
+    resolve: Callable[..., Any], publisher: Publisher, changes: dict[str, Any], message: str
+) -> None:
+    publisher.body = document(**changes)
+    with pytest.raises(UnacceptableClientMetadata, match=message):
+        resolve()
+
+
+def test_grant_types_this_server_does_not_know_are_ignored(
+    resolve: Callable[..., Any], publisher: Publisher
+) -> None:
+    device = "urn:ietf:params:oauth:grant-type:device_code"  # in VS Code's document
+    publisher.body = document(grant_types=["authorization_code", "refresh_token", device])
+    assert resolve().grant_types == ["authorization_code", "refresh_token"]
+    publisher.body = document(grant_types=[device])
+    with pytest.raises(UnacceptableClientMetadata, match="is not supported"):
+        resolve()
 
 
 @pytest.mark.parametrize(

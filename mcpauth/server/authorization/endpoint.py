@@ -21,6 +21,7 @@ from mcpauth.server.authorization.outcomes import AuthorizationRequest, error_re
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
 from mcpauth.server.clients.directory import requests_from
+from mcpauth.server.clients.metadata_documents import UnacceptableClientMetadata
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.context import ServerContext, get_context
@@ -77,6 +78,8 @@ def _client_and_redirect(
         raise Unredirectable("invalid_request", "The client_id parameter is missing")
     try:
         client = find_client(ctx, client_id)
+    except UnacceptableClientMetadata as exc:  # the client's configuration: shown, not sent
+        raise Unredirectable("invalid_client_metadata", exc.description) from exc
     except InvalidClient as exc:  # a metadata document that cannot be used (AS-14: abort)
         raise Unredirectable("invalid_client", exc.description) from exc
     if client is None:

@@ -166,6 +166,7 @@ def render(
 _TITLES = {
     "access_denied": "Access was not granted",
     "invalid_client": "This application is not recognised",
+    "invalid_client_metadata": "This application is set up in a way this server can't accept",
     "invalid_request": "This request can't be completed",
     "invalid_scope": "The application asked for permissions that don't exist",
     "invalid_target": "The application asked for a service this server doesn't protect",

@@ -29,6 +29,7 @@ from mcpauth.server.clients.metadata_documents import (
 )
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 from mcpauth.server.config import Settings
+from mcpauth.server.outbound import Outbound
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import get_client, replace_client
 from mcpauth.server.storage.models import Client
@@ -62,12 +63,12 @@ class ClientDirectory:
         self,
         settings: Settings,
         *,
+        outbound: Outbound | None = None,
         ssl_context: ssl.SSLContext | None = None,
         fetch_limits: FetchLimits | None = None,
     ) -> None:
         self._settings = settings
-        options: dict[str, Any] = {"ssl_context": ssl_context} if ssl_context else {}
-        self._fetcher = fetcher_for(settings, **options)
+        self._fetcher = fetcher_for(settings, outbound, ssl_context=ssl_context)
         self.gate = FetchGate(self._fetcher, fetch_limits)
         self._documents = MetadataCache()
         self._jwks: ExpiringCache[str, dict[str, Any]] = ExpiringCache(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,15 +21,25 @@ from mcpauth.caching import ExpiringCache, freshness_lifetime, wall_clock
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
 from mcpauth.server.clients.fetch_admission import FetchDeclined
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
-from mcpauth.server.clients.validation import validate_client_metadata
+from mcpauth.server.clients.validation import (
+    ADMIN_GRANTS,
+    REGISTRABLE_GRANTS,
+    validate_client_metadata,
+)
 from mcpauth.server.config import Settings
 from mcpauth.server.operations.size_limits import MAX_CLIENT_ID_URL_LENGTH
+from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.models import Client
 
 Fetcher = Callable[[str], FetchedResponse]
 MAX_DEPTH = 16  # a client metadata document nests 4-5 levels (jwks.keys[].x5c[])
 MIN_TTL, DEFAULT_TTL, MAX_TTL = 60, 300, 24 * 3600
 _AUTH_METHODS = ("none", "private_key_jwt")
+# SEP-3149 (OpenID Connect RP Metadata Choices): the methods a document offers, in a list; the
+# second name is accepted too
+_AUTH_METHOD_LISTS = ("token_endpoint_auth_methods_supported", "token_endpoint_auth_methods")
+# grant types this server knows, allowed or refused with a reason; any other is ignored
+_KNOWN_GRANTS = frozenset((*REGISTRABLE_GRANTS, *ADMIN_GRANTS, "implicit", "password"))
 _UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
 _DOT_SEGMENTS = {".", ".."}
 NOT_FETCHED = "the client metadata document could not be fetched"
@@ -39,6 +50,12 @@ class CIMDError(InvalidClient):
     """The ``client_id`` URL, its document, or fetching it broke a rule; the description says
     which and may be shown to the user. An ``invalid_client`` error: the authorization endpoint
     must not redirect (the redirect URI is unverified), the token endpoint answers 401."""
+
+
+class UnacceptableClientMetadata(CIMDError):
+    """The document was fetched and parsed, but its metadata cannot be accepted here (no
+    authentication method in common, an invalid redirect URI...): the client's configuration,
+    which the authorization endpoint shows on its page as ``invalid_client_metadata``."""
 
 
 def is_cimd_client_id(client_id: str) -> bool:
@@ -154,12 +171,66 @@ def _check_required(document: dict[str, Any], client_id: str) -> None:
     # AS-16, CIMD §4.1: no shared secrets of any kind
     if "client_secret" in document or "client_secret_expires_at" in document:
         raise CIMDError("client metadata document must not contain a client_secret")
-    method = document.get("token_endpoint_auth_method", "none")
-    if isinstance(method, str) and method.startswith("client_secret"):
-        raise CIMDError(
-            f"token_endpoint_auth_method {method!r} is not allowed for metadata document "
-            "clients (no shared secrets); use 'none' or 'private_key_jwt'"
+
+
+def _offered_methods(document: dict[str, Any]) -> tuple[str, list[str]]:
+    """Where the document lists its authentication methods, and the list: SEP-3149's list wins
+    over the single ``token_endpoint_auth_method`` (kept for servers that know only that);
+    neither means ``none`` (no secret can exist: a public client)."""
+    for name in _AUTH_METHOD_LISTS:
+        if name in document:
+            offered = document[name]
+            if (
+                not isinstance(offered, list)
+                or not offered
+                or not all(isinstance(m, str) and m for m in offered)
+            ):
+                raise UnacceptableClientMetadata(
+                    f"client metadata document: {name} must be a non-empty array of strings"
+                )
+            return name, list(dict.fromkeys(offered))
+    single = document.get("token_endpoint_auth_method", "none")
+    if not isinstance(single, str):
+        raise UnacceptableClientMetadata(
+            "client metadata document: token_endpoint_auth_method must be a string"
         )
+    return "token_endpoint_auth_method", [single]
+
+
+def negotiate_auth_method(document: dict[str, Any]) -> str:
+    """The token endpoint authentication method of a metadata document client: of the methods
+    the document offers, ``private_key_jwt`` when it also publishes its keys (the stronger),
+    else ``none``.
+
+    Raises:
+        UnacceptableClientMetadata: the list is malformed or no offered method is usable here;
+            the description names the methods offered and those accepted.
+    """
+    name, offered = _offered_methods(document)
+    has_keys = "jwks" in document or "jwks_uri" in document
+    if "private_key_jwt" in offered and (has_keys or offered == ["private_key_jwt"]):
+        return "private_key_jwt"  # without keys: refused by validation, naming the cause
+    if "none" in offered:
+        return "none"
+    # AS-16, CIMD §4.1: no shared secrets of any kind
+    secret = " (no shared secrets)" if any(m.startswith("client_secret") for m in offered) else ""
+    shown = ", ".join(repr(m[:40]) for m in offered[:5])
+    what = f"{name} {shown} is not" if len(offered) == 1 else f"{name} [{shown}]: none is"
+    raise UnacceptableClientMetadata(
+        f"client metadata document: {what} accepted for metadata document clients{secret}; "
+        "use 'none' or 'private_key_jwt'"
+    )
+
+
+def _offered_grants(document: dict[str, Any]) -> Any:
+    """The document's ``grant_types`` without those this server does not know (a document is
+    published once for many servers: VS Code's lists the device grant); those it knows and
+    refuses stay, to be refused with their reason."""
+    grants = document.get("grant_types")
+    if not isinstance(grants, list):
+        return grants
+    known = [g for g in grants if not isinstance(g, str) or g in _KNOWN_GRANTS]
+    return known or grants
 
 
 def _declared_scopes(document: dict[str, Any]) -> set[str]:
@@ -170,8 +241,10 @@ def _declared_scopes(document: dict[str, Any]) -> set[str]:
 def _client_fields(client_id: str, document: dict[str, Any]) -> dict[str, Any]:
     """Validate the document; return the ``Client`` columns to build (cacheable, immutable)."""
     _check_required(document, client_id)
-    raw = dict(document)
-    raw.setdefault("token_endpoint_auth_method", "none")  # no secret can exist: public
+    raw = {k: v for k, v in document.items() if k not in _AUTH_METHOD_LISTS}
+    raw["token_endpoint_auth_method"] = negotiate_auth_method(document)
+    if "grant_types" in raw:
+        raw["grant_types"] = _offered_grants(document)
     try:
         # RFC 7591 rules: redirect URIs (native when all loopback/custom, RFC 8252), grants
         # limited to authorization_code/refresh_token, private_key_jwt needs jwks or jwks_uri
@@ -179,7 +252,7 @@ def _client_fields(client_id: str, document: dict[str, Any]) -> dict[str, Any]:
             raw, known_scopes=_declared_scopes(document), auth_methods=_AUTH_METHODS
         )
     except (InvalidClientMetadata, InvalidRedirectUri) as exc:
-        raise CIMDError(f"client metadata document: {exc.description}") from exc
+        raise UnacceptableClientMetadata(f"client metadata document: {exc.description}") from exc
     return {
         "client_name": validated.client_name,
         "redirect_uris": validated.redirect_uris,
@@ -217,14 +290,27 @@ class MetadataCache(ExpiringCache[str, dict[str, Any]]):
         super().__init__(ttl=0, max_entries=max_entries, clock=wall_clock)
 
 
-def fetcher_for(settings: Settings, **options: Any) -> SafeFetcher:
-    """The SSRF-safe fetcher the CIMD settings describe (``options``: e.g. ``ssl_context``)."""
+def fetcher_for(
+    settings: Settings,
+    outbound: Outbound | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+) -> SafeFetcher:
+    """The SSRF-safe fetcher the CIMD settings describe, on the server's outbound route
+    (``outbound``, else the one the settings describe; ``ssl_context`` replaces its trust
+    store: tests trust their own CA).
+
+    Raises:
+        ConfigurationError: ``outbound_ca_file`` cannot be loaded.
+    """
+    route = outbound or outbound_for(settings, ssl_context=ssl_context)
     return SafeFetcher(
         allow_hosts=settings.cimd_allow_hosts,
         deny_hosts=settings.cimd_deny_hosts,
         timeout=settings.cimd_timeout,
         max_bytes=settings.cimd_max_bytes,
-        **options,
+        ssl_context=route.ssl_context,
+        proxy=route.proxy,
     )
 
 

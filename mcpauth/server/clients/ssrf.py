@@ -8,6 +8,13 @@ connect). TLS still verifies the certificate against the URL's host name. Around
 only, no redirects, one total deadline for resolve + connect + TLS + write + every read, a body
 cap enforced while streaming, no compression, no cookies, no proxies from the environment.
 
+Through the operator's outbound proxy (``outbound_proxy``) the proxy resolves the name and
+connects, so no address the name resolves to can be checked here: the URL's host is checked
+instead before anything is sent (an address literal, in any notation, must be public; local
+and single-label names are refused), the backend connects to the proxy only, and the proxy is
+trusted to refuse private destinations itself (docs/security.md T21). TLS still runs end to end
+through the tunnel and verifies the host's certificate.
+
 Fetches run on the event loop (``SafeFetcher.aget``): a host that accepts the connection and
 never answers holds a coroutine until the deadline, never one of the threads the database
 work runs in. Only name lookups use threads, a few of their own."""
@@ -30,6 +37,7 @@ import httpcore
 import httpx
 
 from mcpauth.errors import FetchError as FetchError  # one FetchError; imported from here too
+from mcpauth.server.outbound import ProxyRoute
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, docs/security.md T21)
@@ -97,6 +105,46 @@ def forbidden_reason(address: IPAddress) -> str | None:
         return "private"
     if not address.is_global:
         return "non-global"
+    return None
+
+
+# Names that lead inside wherever they are resolved: RFC 6761 §6.3 (localhost), RFC 6762
+# (local, and the private top-level names of its appendix G), RFC 8375 (home.arpa), ICANN's
+# private-use internal
+_LOCAL_NAMES = (
+    "localhost",
+    "local",
+    "internal",
+    "home.arpa",
+    "localdomain",
+    "intranet",
+    "lan",
+    "home",
+    "corp",
+    "private",
+)
+
+
+def forbidden_name_reason(host: str) -> str | None:
+    """Why a URL's host must not be fetched through a proxy, which resolves it where this
+    server cannot look (None: a public-looking DNS name). An address literal is judged by
+    :func:`forbidden_reason`."""
+    name = _normal_host(host)
+    try:
+        address = ipaddress.ip_address(name.split("%")[0])
+    except ValueError:
+        pass
+    else:
+        reason = forbidden_reason(address)
+        return f"{address} is a special-use address ({reason})" if reason else None
+    for suffix in _LOCAL_NAMES:
+        if name == suffix or name.endswith("." + suffix):
+            return f"{name} is a local name ({suffix})"
+    labels = name.split(".")
+    if len(labels) < 2:
+        return f"{name} is a single-label name (resolved by the proxy's local search rules)"
+    if labels[-1].isdigit() or labels[-1].startswith("0x"):
+        return f"{name} is an address in a numeric notation, not a DNS name"
     return None
 
 
@@ -170,12 +218,29 @@ class _Stream(httpcore.AsyncNetworkStream):
     ) -> httpcore.AsyncNetworkStream:
         try:
             await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
-        except OSError as exc:  # ssl.SSLError (certificate checks) is an OSError
+        except ssl.SSLError as exc:  # the certificate checks, among others
+            raise httpcore.ConnectError(f"TLS with {server_hostname} failed: {exc}") from exc
+        except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from exc
         return self
 
     def get_extra_info(self, info: str) -> Any:
         return self._writer.get_extra_info(info)
+
+
+async def _connect_first(addresses: list[tuple[IPAddress, str]], port: int) -> _Stream:
+    """A connection to the first of ``addresses`` that accepts one.
+
+    Raises:
+        OSError: none did (the last failure).
+    """
+    failure: OSError = OSError("no address to connect to")
+    for address, target in addresses:
+        try:
+            return await _connect(address, target, port)
+        except OSError as exc:
+            failure = exc
+    raise failure
 
 
 async def _connect(address: IPAddress, target: str, port: int) -> _Stream:
@@ -221,13 +286,50 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
                     raise FetchError(
                         f"refused {name}: {address} is a special-use address ({reason})"
                     )
-        failure: OSError | None = None
-        for address, target in addresses:
-            try:
-                return await _connect(address, target, port)
-            except OSError as exc:
-                failure = exc
-        raise httpcore.ConnectError(str(failure or f"cannot connect to {name}"))
+        try:
+            return await _connect_first(addresses, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise FetchError("unix sockets are never fetched from")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _ProxyBackend(httpcore.AsyncNetworkBackend):
+    """Connects to the operator's proxy, whatever its address (the operator chose it), and to
+    nothing else: the hosts fetched from are reached through its tunnels."""
+
+    def __init__(self, proxy: ProxyRoute) -> None:
+        self._proxy = proxy
+        self.resolving: str | None = None
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        if (_normal_host(host), port) != (_normal_host(self._proxy.host), self._proxy.port):
+            raise FetchError(f"refused {host}:{port}: only the outbound proxy is connected to")
+        self.resolving = self._proxy.host
+        addresses = await _resolve(_normal_host(host), port)
+        self.resolving = None
+        try:
+            return await _connect_first(addresses, port)
+        except OSError as exc:
+            raise FetchError(
+                f"cannot connect to the outbound proxy {self._proxy.url}: {exc}"
+            ) from exc
 
     async def connect_unix_socket(
         self,
@@ -248,6 +350,8 @@ def _mapped(url: str, timeout: float) -> Iterator[None]:
         yield
     except httpcore.TimeoutException as exc:
         raise FetchError(f"{url}: no complete response within {timeout:g} s") from exc
+    except httpcore.ProxyError as exc:  # the proxy answered CONNECT with an error status
+        raise FetchError(f"{url}: the outbound proxy refused the tunnel: {exc}") from exc
     except (httpcore.ConnectError, httpcore.NetworkError) as exc:
         raise FetchError(f"{url}: cannot connect: {exc}") from exc
     except (httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
@@ -292,8 +396,10 @@ class SafeFetcher:
 
     ``allow_hosts`` (exact host names) skip the address check, for tests and intranets;
     ``deny_hosts`` are never fetched and win over ``allow_hosts``. ``ssl_context`` replaces the
-    default trust store (tests trust their own CA). Safe to share between threads and event
-    loops: every fetch has its own connection pool.
+    default trust store (tests trust their own CA). With ``proxy`` every fetch goes through
+    that HTTP proxy's CONNECT tunnel, and the URL's host is judged by its name or literal
+    (:func:`forbidden_name_reason`) since the proxy resolves it. Safe to share between threads
+    and event loops: every fetch has its own connection pool.
     """
 
     def __init__(
@@ -304,7 +410,9 @@ class SafeFetcher:
         timeout: float = DEFAULT_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        proxy: ProxyRoute | None = None,
     ) -> None:
+        self.proxy = proxy
         self.deny_hosts = _host_set(deny_hosts)
         self.allow_hosts = _host_set(allow_hosts) - self.deny_hosts
         self.timeout = timeout
@@ -318,11 +426,18 @@ class SafeFetcher:
 
         Raises:
             FetchError: the URL is not https or names a denied host; the host resolves to a
-                special-use address (unless allow-listed); connecting, TLS or reading failed or
-                took too long; the answer is a redirect, not 200, compressed, or too large.
+                special-use address (unless allow-listed), or, through a proxy, is an address
+                literal of one or a local name; connecting (to the proxy too), the tunnel, TLS
+                or reading failed or took too long; the answer is a redirect, not 200,
+                compressed, or too large.
         """
         target = self._check_url(url)
-        backend = _GuardedBackend(self.allow_hosts, self.deny_hosts)
+        backend: _GuardedBackend | _ProxyBackend
+        if self.proxy is not None:
+            self._check_proxied_host(url, target.host)
+            backend = _ProxyBackend(self.proxy)
+        else:
+            backend = _GuardedBackend(self.allow_hosts, self.deny_hosts)
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._exchange(url, target, accept, backend)
@@ -337,7 +452,11 @@ class SafeFetcher:
         return asyncio.run(self.aget(url, accept=accept))
 
     async def _exchange(
-        self, url: str, target: httpx.URL, accept: str, backend: _GuardedBackend
+        self,
+        url: str,
+        target: httpx.URL,
+        accept: str,
+        backend: _GuardedBackend | _ProxyBackend,
     ) -> FetchedResponse:
         request_url = httpcore.URL(
             scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
@@ -345,7 +464,7 @@ class SafeFetcher:
         headers = [("Accept", accept), ("Accept-Encoding", "identity"), ("User-Agent", USER_AGENT)]
         # httpcore directly: it never follows redirects, keeps no cookies and reads no proxy
         # settings from the environment; a fresh pool per fetch shares no connections.
-        pool = httpcore.AsyncConnectionPool(ssl_context=self.ssl_context, network_backend=backend)
+        pool = self._pool(backend)
         async with pool:
             with _mapped(url, self.timeout):
                 async with pool.stream("GET", request_url, headers=headers) as response:
@@ -355,6 +474,28 @@ class SafeFetcher:
                         response.aiter_stream(), received, url, self.max_bytes
                     )
         return FetchedResponse(url, response.status, received, content)
+
+    def _pool(
+        self, backend: _GuardedBackend | _ProxyBackend
+    ) -> httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy:
+        if self.proxy is None:
+            return httpcore.AsyncConnectionPool(
+                ssl_context=self.ssl_context, network_backend=backend
+            )
+        # an https URL through an HTTP proxy: CONNECT, then TLS with the host inside the tunnel
+        return httpcore.AsyncHTTPProxy(
+            proxy_url=self.proxy.url,
+            proxy_auth=self.proxy.auth,
+            ssl_context=self.ssl_context,
+            network_backend=backend,
+        )
+
+    def _check_proxied_host(self, url: str, host: str) -> None:
+        """T21 through a proxy: the host is judged by what it says, before anything is sent."""
+        if _normal_host(host) in self.allow_hosts:
+            return
+        if (reason := forbidden_name_reason(host)) is not None:
+            raise FetchError(f"{url}: refused: {reason}")
 
     __call__ = get
 

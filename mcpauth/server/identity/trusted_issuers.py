@@ -13,14 +13,16 @@ import httpx
 from mcpauth import jwt
 from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.errors import InvalidGrant, OAuthError
+from mcpauth.server.outbound import Outbound
 
 CACHE_SECONDS = 300
 REFETCH_INTERVAL = 60
 
 
 class IdentityProviders:
-    def __init__(self, configured: dict[str, str]) -> None:
+    def __init__(self, configured: dict[str, str], *, outbound: Outbound | None = None) -> None:
         self._configured = dict(configured)
+        self._outbound = outbound  # the operator's proxy and trust store (None: the defaults)
         self._cache: ExpiringCache[str, dict[str, jwt.VerificationKey]] = ExpiringCache(
             CACHE_SECONDS,
             max_entries=max(16, len(configured)),
@@ -36,7 +38,8 @@ class IdentityProviders:
         if source.lstrip().startswith("{"):
             document: Any = json.loads(source)
         else:
-            response = httpx.get(source, timeout=5.0, follow_redirects=False)
+            route = self._outbound.httpx_options() if self._outbound else {}
+            response = httpx.get(source, timeout=5.0, follow_redirects=False, **route)
             response.raise_for_status()
             document = response.json()
         if not isinstance(document, dict):

@@ -44,6 +44,7 @@ from mcpauth.server.identity.upstream_http import (
     error_code,
     reason,
 )
+from mcpauth.server.outbound import Outbound
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
 
 __all__ = [
@@ -185,12 +186,14 @@ class UpstreamProviders:
         timeout: float,
         environ: Mapping[str, str] | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        outbound: Outbound | None = None,
         clock: Callable[[], float] = wall_clock,
     ) -> None:
         self._providers = {config.id: Provider(config, environ) for config in configured}
         self._key = key
         self.timeout = timeout
         self.transport = transport  # tests put a stand-in for the network here
+        self.outbound = outbound  # the operator's proxy and trust store (None: the defaults)
         entries = max(16, len(configured))
         self._metadata: ExpiringCache[str, ProviderMetadata] = ExpiringCache(
             METADATA_SECONDS, max_entries=entries, clock=clock, keep_stale=True
@@ -227,7 +230,11 @@ class UpstreamProviders:
     def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
         """Authlib's client for one exchange with ``provider`` (its secret only when
         ``authenticated``: the token endpoint)."""
-        inner = self.transport or httpx2.AsyncHTTPTransport(retries=0)
+        inner = self.transport or (
+            self.outbound.httpx2_transport()
+            if self.outbound
+            else httpx2.AsyncHTTPTransport(retries=0, trust_env=False)
+        )
         return AsyncOAuth2Client(
             client_id=provider.config.client_id,
             client_secret=provider.secret() if authenticated else None,
