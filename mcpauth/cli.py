@@ -348,7 +348,7 @@ def _add_optional_parts(sub: Any) -> None:
     """``proxy`` needs the middleware extra, ``login|token|logout`` the client extra; without
     them the commands answer with what to install."""
     try:
-        from mcpauth.middleware.proxy_cli import add_proxy_parser
+        from mcpauth.proxy.cli import add_proxy_parser
     except ImportError as exc:
         _missing_extra(sub, ["proxy"], "middleware", exc)
     else:

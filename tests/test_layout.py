@@ -182,3 +182,52 @@ def test_the_sql_rule_sees_what_it_forbids(tmp_path: Path) -> None:
         "    cache.get(1)\n"
     )
     assert len(_sql_outside_storage(sample)) == 5
+
+
+# Which parts of mcpauth each part may import besides itself and the shared top-level modules
+# (errors, oauth, metadata, uris, jwt, dpop, caching); docs/architecture.md, "Dependency
+# direction". The proxy builds on the middleware; nothing builds on the proxy.
+SHARED_MODULES = {"errors", "oauth", "metadata", "uris", "jwt", "dpop", "caching"}
+PARTS = {
+    "server": set(),
+    "middleware": set(),
+    "client": set(),
+    "proxy": {"middleware"},
+}
+
+
+def _mcpauth_imports(path: Path) -> set[str]:
+    """The first names below ``mcpauth`` that a module imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] != "mcpauth":
+                continue
+            if len(parts) > 1:
+                found.add(parts[1])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.split(".")[1]
+                for alias in node.names
+                if alias.name.startswith("mcpauth.")
+            )
+    return found
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_the_parts_depend_one_way(part: str) -> None:
+    allowed = PARTS[part] | SHARED_MODULES | {part}
+    wrong = {
+        _rel(path): sorted(_mcpauth_imports(path) - allowed)
+        for path in (PACKAGE / part).rglob("*.py")
+        if "migrations" not in path.parts and _mcpauth_imports(path) - allowed
+    }
+    assert not wrong, f"{part} imports what it may not: {wrong}"
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_MODULES))
+def test_the_shared_modules_import_no_part(name: str) -> None:
+    assert not _mcpauth_imports(PACKAGE / f"{name}.py") & set(PARTS)

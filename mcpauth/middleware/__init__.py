@@ -1,5 +1,5 @@
 """Protected-resource side of mcpauth: pure ASGI middleware, token verifiers, RFC 9728
-metadata, scope policy and the ``mcpauth proxy`` reverse proxy.
+metadata and scope policy (the ``mcpauth proxy`` built on them is :mod:`mcpauth.proxy`).
 
 Imports nothing from ``mcpauth.server``, Authlib or SQLModel.
 """
@@ -11,8 +11,6 @@ from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
 from mcpauth.middleware.policy import ScopePolicy
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import CORSGrant, IdentityHeaders, UpstreamProxy
-from mcpauth.middleware.proxy_stdio import StdioBridge
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
     metadata_url,
@@ -27,11 +25,9 @@ from mcpauth.middleware.verifier import (
 )
 
 __all__ = [
-    "CORSGrant",
     "DPoP",
     "ForSDK",
     "FromSDK",
-    "IdentityHeaders",
     "IntrospectionVerifier",
     "JWKSCache",
     "JWTVerifier",
@@ -39,11 +35,9 @@ __all__ = [
     "ProtectedResourceMiddleware",
     "ResourceMetadataEndpoint",
     "ScopePolicy",
-    "StdioBridge",
     "TokenExchanger",
     "TokenUser",
     "TokenVerifier",
-    "UpstreamProxy",
     "VerifiedToken",
     "current_token",
     "metadata_url",

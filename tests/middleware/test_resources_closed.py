@@ -21,9 +21,9 @@ from mcpauth.middleware import (
     IntrospectionVerifier,
     JWTVerifier,
     ProtectedResourceMiddleware,
-    UpstreamProxy,
     VerifiedToken,
 )
+from mcpauth.proxy import UpstreamProxy
 
 from .helpers import INTROSPECTION_CLIENT, RESOURCE, FakeAuthorizationServer, bearer, serve
 

@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from mcpauth.middleware import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import UpstreamProxy
+from mcpauth.proxy.upstream import UpstreamProxy
 
 from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, rpc, serve
 

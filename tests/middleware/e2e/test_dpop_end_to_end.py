@@ -71,7 +71,7 @@ async def test_a_dpop_bound_token_works_through_middleware_and_proxy_and_its_cop
     upstream = spawn("mcp", "--unprotected", path="/mcp")
     proxy = spawn(
         "--resource", "{url}/mcp", "--authorization-server", issuer, "--scope", "mcp:basic",
-        "--upstream", upstream.url, module="mcpauth.middleware.proxy_cli", path="/mcp",
+        "--upstream", upstream.url, module="mcpauth.proxy.cli", path="/mcp",
     )  # fmt: skip
     bot = machine(real_issuer, protected.url, proxy.url)
     for url in (protected.url, proxy.url):

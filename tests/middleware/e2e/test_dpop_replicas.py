@@ -80,9 +80,9 @@ async def test_required_dpop_with_nonces_across_two_proxy_replicas(
         "--authorization-server", issuer, "--scope", "mcp:basic", "--upstream", upstream.url,
         "--require-dpop", "--dpop-nonce-key-env", NONCE_ENV,
     ]  # fmt: skip
-    first = spawn("--resource", "{url}/mcp", *options, module="mcpauth.middleware.proxy_cli")
+    first = spawn("--resource", "{url}/mcp", *options, module="mcpauth.proxy.cli")
     resource = first.url + "/mcp"
-    second = spawn("--resource", resource, *options, module="mcpauth.middleware.proxy_cli")
+    second = spawn("--resource", resource, *options, module="mcpauth.proxy.cli")
     key = ec.generate_private_key(ec.SECP256R1())
     jkt = jwt.thumbprint(jwt.public_jwk(key.public_key(), kid="", alg="ES256"))
     token = mint(signing_key[0], issuer, resource, cnf={"jkt": jkt})

@@ -22,7 +22,7 @@ def start_proxy(spawn: Callable[..., Process], issuer: str, *mode: str) -> Proce
     return spawn(
         "--resource", "{url}/mcp", "--authorization-server", issuer,
         "--scope", "mcp:basic", "--tool-scope", "delete_file=files:write", *mode,
-        module="mcpauth.middleware.proxy_cli", path="/mcp",
+        module="mcpauth.proxy.cli", path="/mcp",
     )  # fmt: skip
 
 

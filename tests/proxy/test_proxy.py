@@ -17,11 +17,17 @@ from starlette.routing import Route
 from mcpauth import jwt
 from mcpauth.dpop import make_proof
 from mcpauth.middleware import DPoP, ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import CORSGrant, UpstreamProxy
-from mcpauth.middleware.proxy_cli import add_proxy_parser, build_proxy_app
-from mcpauth.middleware.proxy_stdio import StdioBridge
-
-from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, client_for, rpc
+from mcpauth.proxy.cli import add_proxy_parser, build_proxy_app
+from mcpauth.proxy.stdio import StdioBridge
+from mcpauth.proxy.upstream import CORSGrant, UpstreamProxy
+from tests.middleware.helpers import (
+    ISSUER,
+    RESOURCE,
+    FakeAuthorizationServer,
+    bearer,
+    client_for,
+    rpc,
+)
 
 pytestmark = pytest.mark.anyio
 

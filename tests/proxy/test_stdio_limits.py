@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mcpauth.middleware import ProtectedResourceMiddleware, StdioBridge
-
-from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, serve
+from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.proxy import StdioBridge
+from tests.middleware.helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -16,9 +16,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from mcpauth.middleware import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import UpstreamProxy
-
-from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, rpc, serve
+from mcpauth.proxy.upstream import UpstreamProxy
+from tests.middleware.helpers import ISSUER, RESOURCE, FakeAuthorizationServer, bearer, rpc, serve
 
 pytestmark = pytest.mark.anyio
 

@@ -15,15 +15,14 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from mcpauth.middleware import DPoP, ProtectedResourceMiddleware
 from mcpauth.middleware._asgi import ASGIApp
-from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
-from mcpauth.middleware.proxy import CORSGrant, IdentityHeaders, UpstreamProxy
-from mcpauth.middleware.proxy_stdio import (
+from mcpauth.proxy.stdio import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SESSIONS_PER_SUBJECT,
 )
-from mcpauth.middleware.sender_constraint import DPoP
+from mcpauth.proxy.upstream import CORSGrant, IdentityHeaders, UpstreamProxy
 from mcpauth.uris import URIError, canonical_resource, path_of
 
 __all__ = ["add_proxy_parser", "build_proxy_app", "main", "run_proxy"]
@@ -155,7 +154,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
             allowed_origins=args.allowed_origins,
         )
     else:
-        from mcpauth.middleware.proxy_stdio import StdioBridge
+        from mcpauth.proxy.stdio import StdioBridge
 
         inner = StdioBridge(
             command,
@@ -205,7 +204,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m mcpauth.middleware.proxy_cli``: the proxy without the ``mcpauth`` CLI."""
+    """``python -m mcpauth.proxy.cli``: the proxy without the ``mcpauth`` CLI."""
     parser = configure_parser(argparse.ArgumentParser(prog="mcpauth proxy"))
     return run_proxy(parser.parse_args(argv))
 
