@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
 import anyio
@@ -20,7 +20,6 @@ import anyio.to_thread
 import httpx
 import httpx2
 
-from mcpauth.client import _legacy
 from mcpauth.client._http import HTTPRequest, HTTPResponse
 from mcpauth.client.callback import LoopbackRedirectHandler, RedirectHandler
 from mcpauth.client.credentials import ClientCredentials
@@ -34,7 +33,14 @@ from mcpauth.client.flow import (
     StorageCall,
 )
 from mcpauth.client.flow import Resend as _Resend
-from mcpauth.client.options import Grant, GrantName, Policy
+from mcpauth.client.options import (
+    AuthorizationCodeGrant,
+    ClientCredentialsGrant,
+    Grant,
+    JWTBearerGrant,
+    Policy,
+    WorkloadIdentityGrant,
+)
 from mcpauth.client.registration import Registration
 from mcpauth.client.storage import MemoryStorage, TokenStorage
 from mcpauth.client.tokens import TokenSet
@@ -66,6 +72,9 @@ def _apply(request: AnyRequest, step: _Resend) -> None:
         request.headers["DPoP"] = step.dpop(request.method, str(request.url))
 
 
+_GRANTS = (AuthorizationCodeGrant, ClientCredentialsGrant, JWTBearerGrant, WorkloadIdentityGrant)
+
+
 class OAuth(httpx.Auth, httpx2.Auth):
     """OAuth 2.1 for MCP servers: discovery, registration, PKCE, refresh, step-up.
 
@@ -92,9 +101,9 @@ class OAuth(httpx.Auth, httpx2.Auth):
     used. That lets a script use the tokens of ``mcpauth login`` without a browser; a program
     that should appear under its own name passes a storage of its own.
 
-    The flat keyword arguments of earlier releases (``client_id=``, ``client_name=``,
-    ``scopes=``, ``redirect_uri=``, ``clock=``...) and grants given by name still work in this
-    release and warn with ``DeprecationWarning``.
+    Raises:
+        TypeError: ``grant`` is not one of the four grants, or ``redirect_handler`` is not a
+            :class:`RedirectHandler` (wrap a function in :class:`CallableRedirectHandler`).
 
     Raises (from requests made with it):
         ClientError: discovery, registration, authorization or the token endpoint failed.
@@ -110,39 +119,30 @@ class OAuth(httpx.Auth, httpx2.Auth):
         credentials: ClientCredentials | None = None,
         registration: Registration | None = None,
         storage: TokenStorage | None = None,
-        redirect_handler: RedirectHandler | Callable[[str], str] | None = None,
-        grant: Grant | GrantName | None = None,
+        redirect_handler: RedirectHandler | None = None,
+        grant: Grant | None = None,
         policy: Policy | None = None,
-        **deprecated: Any,
     ) -> None:
-        if _legacy.is_legacy(deprecated, grant, redirect_handler):
-            given = {
-                "credentials": credentials,
-                "registration": registration,
-                "grant": grant,
-                "redirect_handler": redirect_handler,
-                "policy": policy,
-            }
-            _legacy.check_names(deprecated, given)
-            _legacy.warn()
-        credentials, registration, chosen, handler, policy = _legacy.convert(
-            deprecated,
-            credentials=credentials,
-            registration=registration,
-            grant=grant,
-            redirect_handler=redirect_handler,
-            policy=policy,
-        )
+        if grant is not None and not isinstance(grant, _GRANTS):
+            raise TypeError(
+                f"OAuth(grant=...) takes AuthorizationCodeGrant, ClientCredentialsGrant, "
+                f"JWTBearerGrant or WorkloadIdentityGrant, not {type(grant).__name__}"
+            )
+        if redirect_handler is not None and not isinstance(redirect_handler, RedirectHandler):
+            raise TypeError(
+                "OAuth(redirect_handler=...) takes a RedirectHandler: wrap a function in "
+                "CallableRedirectHandler(redirect_uri, function)"
+            )
         config = FlowConfig(
             server_url=server_url,
-            grant=chosen,
+            grant=grant if grant is not None else AuthorizationCodeGrant(),
             credentials=credentials,
             registration=registration if registration is not None else Registration(),
             policy=policy if policy is not None else Policy(),
         )
         self.flow = OAuthFlow(config, storage if storage is not None else MemoryStorage())
         self.redirect_handler: RedirectHandler = (
-            handler if handler is not None else LoopbackRedirectHandler()
+            redirect_handler if redirect_handler is not None else LoopbackRedirectHandler()
         )
         self._sync_lock = threading.Lock()
         self._async_lock: anyio.Lock | None = None

@@ -6,10 +6,8 @@ advertises support, then dynamic client registration (RFC 7591), else a clear er
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -38,17 +36,6 @@ class Registration:
     software_id: str | None = None
     software_version: str | None = None
     scope: str | None = None
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RegistrationOptions":  # the earlier name; removed in the next minor release
-        warnings.warn(
-            "RegistrationOptions is now mcpauth.client.Registration",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return Registration
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_preregistered(credentials: ClientCredentials, issuer: str) -> ClientCredentials:

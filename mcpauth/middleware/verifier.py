@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 import typing
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
@@ -180,33 +179,22 @@ class JWTVerifier(AsyncClosing):
     (:class:`KeyCacheOptions`) tune the key cache (:class:`~mcpauth.middleware.JWKSCache`, kept
     as :attr:`keys`).
 
-    Deprecated: ``resource=`` (use ``audience``) and ``keys=JWKSCache(...)`` (use ``jwks_uri``
-    and ``http``); both still work and warn.
+    Raises:
+        TypeError: ``audience`` is empty.
     """
 
     def __init__(
         self,
         issuer: str,
-        audience: str | None = None,
+        audience: str,
         jwks_uri: str | None = None,
         http: httpx.AsyncClient | None = None,
         *,
         typ: Iterable[str] | None = jwt.ACCESS_TOKEN_TYPES,
         leeway: float = 30.0,
         required_claims: Sequence[str] = DEFAULT_REQUIRED_CLAIMS,
-        resource: str | None = None,
-        keys: JWKSCache | None = None,
         **key_cache: Unpack[KeyCacheOptions],
     ) -> None:
-        if resource is not None:
-            warnings.warn(
-                "JWTVerifier(resource=...) is deprecated: pass the resource URI as audience",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if audience is not None:
-                raise TypeError("JWTVerifier takes audience or the deprecated resource, not both")
-            audience = resource
         if not audience:
             raise TypeError("JWTVerifier needs the audience: this resource server's URI")
         self.issuer = issuer
@@ -214,22 +202,7 @@ class JWTVerifier(AsyncClosing):
         self.typ = None if typ is None else frozenset(typ)
         self.leeway = leeway
         self.required_claims = tuple(required_claims)
-        self._owns_keys = keys is None
-        if keys is not None:
-            warnings.warn(
-                "JWTVerifier(keys=JWKSCache(...)) is deprecated: pass jwks_uri= and http= "
-                "(the verifier keeps its own key cache)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if jwks_uri is not None or http is not None or key_cache:
-                raise TypeError(
-                    "JWTVerifier takes jwks_uri, http and the key cache options, "
-                    "or the deprecated keys"
-                )
-            self.keys = keys
-        else:
-            self.keys = JWKSCache(issuer, http=http, jwks_uri=jwks_uri, **key_cache)
+        self.keys = JWKSCache(issuer, http=http, jwks_uri=jwks_uri, **key_cache)
 
     @property
     def resource(self) -> str:
@@ -238,8 +211,7 @@ class JWTVerifier(AsyncClosing):
 
     async def aclose(self) -> None:
         """Close the HTTP client the verifier created, if any (a given ``http`` stays open)."""
-        if self._owns_keys:
-            await self.keys.aclose()
+        await self.keys.aclose()
 
     async def verify_token(self, token: str) -> VerifiedToken:
         """Verify signature, type, issuer, audience, lifetime and required claims.

@@ -1,5 +1,4 @@
-"""The public shape of ``OAuth``: grouped options, and the flat keyword arguments of earlier
-releases still working for one release with a ``DeprecationWarning``."""
+"""The public shape of ``OAuth``: grouped options, each a small frozen value."""
 
 from __future__ import annotations
 
@@ -44,59 +43,6 @@ def follow_nowhere(url: str) -> str:
     return url
 
 
-# (flat keyword arguments, the same in the grouped form)
-EQUIVALENT: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "a named dynamic client asking for scopes": (
-        {"client_name": "My agent", "scopes": ["files:read"], "offline_access": False},
-        {
-            "registration": Registration(client_name="My agent"),
-            "grant": AuthorizationCodeGrant(scopes=("files:read",), offline_access=False),
-        },
-    ),
-    "a metadata document URL": (
-        {"client_metadata_url": "https://app.example/client.json"},
-        {"registration": Registration(client_metadata_url="https://app.example/client.json")},
-    ),
-    "a pre-registered confidential client": (
-        {"client_id": "pre", "client_secret": "s3cret", "client_issuer": "https://as.example"},
-        {"credentials": ClientCredentials("pre", "s3cret", issuer="https://as.example")},
-    ),
-    "client_secret_post chosen explicitly": (
-        {
-            "client_id": "pre",
-            "client_secret": "s",
-            "token_endpoint_auth_method": "client_secret_post",
-        },
-        {"credentials": ClientCredentials("pre", "s", auth_method="client_secret_post")},
-    ),
-    "machine to machine with a private key": (
-        {
-            "grant": "client_credentials",
-            "client_id": "svc",
-            "private_key": KEY,
-            "signing_alg": "ES256",
-            "scopes": ("jobs",),
-        },
-        {
-            "grant": ClientCredentialsGrant(scopes=("jobs",)),
-            "credentials": ClientCredentials("svc", private_key=KEY, signing_alg="ES256"),
-        },
-    ),
-    "enterprise-managed, the grant implied by identity": (
-        {"identity": IDENTITY, "client_id": "xaa", "client_secret": "x"},
-        {"grant": JWTBearerGrant(IDENTITY), "credentials": ClientCredentials("xaa", "x")},
-    ),
-    "the policy knobs": (
-        {"refresh_margin": 5, "max_attempts": 1, "select_server": pick_second, "clock": clock},
-        {
-            "policy": Policy(
-                refresh_margin=5, max_attempts=1, select_server=pick_second, clock=clock
-            )
-        },
-    ),
-}
-
-
 def handler_shape(handler: object) -> tuple[object, ...]:
     if isinstance(handler, LoopbackRedirectHandler):
         return ("loopback", handler.port, handler.path, handler.open_browser, handler.timeout)
@@ -104,46 +50,44 @@ def handler_shape(handler: object) -> tuple[object, ...]:
     return ("callable", handler.redirect_uri())
 
 
-@pytest.mark.parametrize("case", EQUIVALENT)
-def test_the_flat_arguments_warn_and_configure_exactly_what_the_grouped_ones_do(case: str) -> None:
-    flat, grouped = EQUIVALENT[case]
-    with pytest.warns(DeprecationWarning, match=DEPRECATED):
-        old = OAuth(URL, **flat)
-    new = OAuth(URL, **grouped)
-    assert old.flow.config == new.flow.config
-    assert handler_shape(old.redirect_handler) == handler_shape(new.redirect_handler)
-
-
-def test_the_deprecation_warning_points_at_the_callers_line() -> None:
-    with pytest.warns(DeprecationWarning, match=DEPRECATED) as caught:
-        OAuth(URL, client_name="x")
-    assert caught[0].filename == __file__
-
-
 @pytest.mark.parametrize(
-    ("flat", "handler"),
+    ("handler", "shape"),
     [
-        ({}, ("loopback", 0, "/callback", True, 300.0)),
+        (None, ("loopback", 0, "/callback", True, 300.0)),
         (
-            {"redirect_uri": "http://127.0.0.1:8765/cb", "open_browser": False},
+            LoopbackRedirectHandler(port=8765, path="/cb", open_browser=False),
             ("loopback", 8765, "/cb", False, 300.0),
         ),
-        ({"callback_timeout": 9.0}, ("loopback", 0, "/callback", True, 9.0)),
+        (LoopbackRedirectHandler(timeout=9.0), ("loopback", 0, "/callback", True, 9.0)),
         (
-            {"redirect_uri": "http://localhost:3000/callback", "redirect_handler": follow_nowhere},
+            CallableRedirectHandler("http://localhost:3000/callback", follow_nowhere),
             ("callable", "http://localhost:3000/callback"),
         ),
     ],
 )
-def test_the_flat_redirect_arguments_build_the_same_handlers_as_before(
-    flat: dict[str, Any], handler: tuple[object, ...]
+def test_the_redirect_handler_is_the_one_given_or_a_loopback_listener(
+    handler: LoopbackRedirectHandler | CallableRedirectHandler | None, shape: tuple[object, ...]
 ) -> None:
-    if flat:
-        with pytest.warns(DeprecationWarning, match=DEPRECATED):
-            auth = OAuth(URL, **flat)
-    else:
-        auth = OAuth(URL)
-    assert handler_shape(auth.redirect_handler) == handler
+    assert handler_shape(OAuth(URL, redirect_handler=handler).redirect_handler) == shape
+
+
+@pytest.mark.parametrize(
+    ("grant", "expected"),
+    [
+        (None, AuthorizationCodeGrant()),
+        (ClientCredentialsGrant(scopes=("jobs",)), ClientCredentialsGrant(scopes=("jobs",))),
+        (JWTBearerGrant(IDENTITY), JWTBearerGrant(IDENTITY)),
+    ],
+)
+def test_the_grant_is_the_one_given_or_the_authorization_code_grant(
+    grant: ClientCredentialsGrant | JWTBearerGrant | None, expected: object
+) -> None:
+    assert OAuth(URL, grant=grant).flow.config.grant == expected
+
+
+def test_the_policy_is_the_one_given() -> None:
+    policy = Policy(refresh_margin=5, max_attempts=1, select_server=pick_second, clock=clock)
+    assert OAuth(URL, policy=policy).flow.config.policy == policy
 
 
 def test_the_grouped_form_does_not_warn() -> None:
@@ -163,39 +107,17 @@ def test_the_grouped_form_does_not_warn() -> None:
     ("kwargs", "message"),
     [
         ({"client_nmae": "typo"}, "unexpected keyword argument 'client_nmae'"),
-        (
-            {"credentials": ClientCredentials("a"), "client_id": "b"},
-            "pass credentials= or client_id=, not both",
-        ),
-        (
-            {"grant": AuthorizationCodeGrant(), "scopes": ["x"]},
-            "pass grant= or scopes=, not both",
-        ),
-        ({"policy": Policy(), "clock": clock}, "pass policy= or clock=, not both"),
+        ({"client_id": "b"}, "unexpected keyword argument 'client_id'"),
+        ({"scopes": ["x"]}, "unexpected keyword argument 'scopes'"),
+        ({"clock": clock}, "unexpected keyword argument 'clock'"),
+        ({"grant": "client_credentials"}, "takes AuthorizationCodeGrant, .* not str"),
+        ({"redirect_handler": follow_nowhere}, "wrap a function in CallableRedirectHandler"),
     ],
 )
-def test_unknown_or_doubled_arguments_are_refused_like_any_wrong_keyword(
+def test_unknown_arguments_and_options_of_the_wrong_type_are_refused(
     kwargs: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(TypeError, match=message):
-        OAuth(URL, **kwargs)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"grant": "password"}, "unknown grant 'password'"),
-        ({"grant": "jwt_bearer"}, "needs identity"),
-        ({"redirect_handler": follow_nowhere}, "needs redirect_uri"),
-    ],
-)
-def test_impossible_flat_combinations_fail_when_the_object_is_made(
-    kwargs: dict[str, Any], message: str
-) -> None:
-    with (
-        pytest.warns(DeprecationWarning, match=DEPRECATED),
-        pytest.raises(ValueError, match=message),
-    ):
         OAuth(URL, **kwargs)
 
 
@@ -215,32 +137,13 @@ def test_credentials_never_show_their_secret() -> None:
     assert "s3cret" not in repr(ClientCredentials("c", "s3cret"))
 
 
-def test_the_old_registration_options_name_still_imports_with_a_warning() -> None:
-    from mcpauth.client import registration
-
-    with pytest.warns(DeprecationWarning, match="Registration"):
-        assert registration.RegistrationOptions is Registration  # type: ignore[attr-defined]
-
-
 Make = Callable[[FakeServers, httpx.Client], OAuth]
-
-
-def flat_form(fake: FakeServers, user: httpx.Client) -> OAuth:
-    with pytest.warns(DeprecationWarning, match=DEPRECATED):
-        return OAuth(
-            fake.resource,
-            client_name="Flat agent",
-            scopes=["files:read"],
-            redirect_uri="http://127.0.0.1:9999/callback",
-            redirect_handler=follow(user),
-            clock=fake.clock,
-        )
 
 
 def grouped_form(fake: FakeServers, user: httpx.Client) -> OAuth:
     return OAuth(
         fake.resource,
-        registration=Registration(client_name="Flat agent"),
+        registration=Registration(client_name="Grouped agent"),
         grant=AuthorizationCodeGrant(scopes=("files:read",)),
         redirect_handler=CallableRedirectHandler("http://127.0.0.1:9999/callback", follow(user)),
         policy=Policy(clock=fake.clock),
@@ -260,18 +163,9 @@ def run_against_a_fake(make: Make) -> FakeServers:
     return fake
 
 
-def test_both_forms_send_the_same_requests() -> None:
-    old, new = run_against_a_fake(flat_form), run_against_a_fake(grouped_form)
-
-    def stable(form: dict[str, str]) -> dict[str, str]:
-        random = {"state", "code_challenge", "code", "code_verifier", "refresh_token"}
-        return {k: v for k, v in form.items() if k not in random}
-
-    assert old.registrations == new.registrations
-    assert old.registrations[0]["client_name"] == "Flat agent"
-    assert [stable(r) for r in old.authorize_requests] == [
-        stable(r) for r in new.authorize_requests
-    ]
-    assert [stable(r) for r in old.token_requests] == [stable(r) for r in new.token_requests]
-    assert [r["grant_type"] for r in new.token_requests] == ["authorization_code", "refresh_token"]
-    assert new.authorize_requests[0]["scope"] == "files:read"
+def test_the_grouped_form_sends_what_its_options_say() -> None:
+    fake = run_against_a_fake(grouped_form)
+    assert [r["client_name"] for r in fake.registrations] == ["Grouped agent"]
+    assert [r["grant_type"] for r in fake.token_requests] == ["authorization_code", "refresh_token"]
+    assert fake.authorize_requests[0]["scope"] == "files:read"
+    assert fake.authorize_requests[0]["redirect_uri"] == "http://127.0.0.1:9999/callback"

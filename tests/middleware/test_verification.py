@@ -321,40 +321,27 @@ async def test_a_given_jwks_uri_is_used_without_discovery() -> None:
     assert server.fetches == {"jwks": 1}
 
 
-async def test_the_old_keywords_still_verify_with_a_deprecation_warning() -> None:
+async def test_a_verifier_checks_its_audience_and_leaves_the_given_client_open() -> None:
     server = FakeAuthorizationServer()
     async with server.http_client() as http:
-        keys = JWKSCache(ISSUER, http=http)
-        with pytest.warns(DeprecationWarning, match="is deprecated") as warned:
-            verifier = JWTVerifier(issuer=ISSUER, resource=RESOURCE, keys=keys)
-        messages = [str(w.message) for w in warned]
-        assert any(
-            "resource=...) is deprecated: pass the resource URI as audience" in m for m in messages
-        )
-        assert any(
-            "keys=JWKSCache(...)) is deprecated: pass jwks_uri= and http=" in m for m in messages
-        )
-        assert all(w.filename == __file__ for w in warned)  # they point at the caller's line
-        assert verifier.keys is keys
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http)
         assert (verifier.audience, verifier.resource) == (RESOURCE, RESOURCE)
         assert (await verifier.verify_token(server.mint())).resource == RESOURCE
         with pytest.raises(InvalidToken, match="not issued for this resource"):
             await verifier.verify_token(server.mint(aud=OTHER_RESOURCE))
         await verifier.aclose()
-        assert not http.is_closed  # the given key cache and its client stay the caller's
+        assert not http.is_closed  # the given client stays the caller's
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_the_verifier_refuses_contradictory_or_missing_audiences_and_key_sources() -> None:
+def test_the_verifier_refuses_a_missing_audience_and_the_removed_keywords() -> None:
     with pytest.raises(TypeError, match="needs the audience"):
-        JWTVerifier(ISSUER)
-    with pytest.raises(TypeError, match="audience or the deprecated resource, not both"):
-        JWTVerifier(ISSUER, RESOURCE, resource=OTHER_RESOURCE)
-    contradictory = "jwks_uri, http and the key cache options, or the deprecated keys"
-    with pytest.raises(TypeError, match=contradictory):
-        JWTVerifier(ISSUER, RESOURCE, f"{ISSUER}/jwks", keys=JWKSCache(ISSUER))
-    with pytest.raises(TypeError, match=contradictory):  # the options would be ignored
-        JWTVerifier(ISSUER, RESOURCE, keys=JWKSCache(ISSUER), failure_backoff=5.0)
+        JWTVerifier(ISSUER, "")
+    with pytest.raises(TypeError, match="audience"):
+        JWTVerifier(ISSUER)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="resource"):
+        JWTVerifier(ISSUER, RESOURCE, resource=OTHER_RESOURCE)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="keys"):
+        JWTVerifier(ISSUER, RESOURCE, keys=JWKSCache(ISSUER))  # type: ignore[call-arg]
 
 
 def test_the_key_cache_options_reach_the_key_cache_with_its_own_defaults() -> None:
