@@ -1,18 +1,12 @@
 """``ProtectedResourceMiddleware``: pure ASGI middleware that makes any MCP HTTP server an
 OAuth 2.1 protected resource (MCP authorization, resource server part).
 
-WebSocket: MCP defines no WebSocket transport, so a WebSocket handshake is refused (403) unless
-``allow_websockets=True``. When allowed, the handshake passes the same checks as an HTTP
-request (Origin allow-list, bearer token with its audience, the required scopes, session
-binding) and every incoming frame is checked again: a frame after the token has expired, a
-frame that is not JSON-RPC while per-method or per-tool scopes are configured, or a message
-whose scopes the token lacks closes the connection with 1008 (policy violation). A refused
-handshake gets an HTTP denial response (401/403/404/503 with the same challenge and JSON body
-as HTTP) where the server supports the ASGI ``websocket.http.response`` extension, and a
-``websocket.close`` (1008) otherwise.
+WebSocket: MCP defines no WebSocket transport, so a WebSocket handshake never reaches the
+application: it gets a 403 denial response where the server supports the ASGI
+``websocket.http.response`` extension, and a ``websocket.close`` (1008) otherwise.
 
 The application never sees the caller's token: the ``Authorization`` header is removed from
-the scope handed to it, for HTTP and WebSocket alike (MCP RS-17).
+the scope handed to it (MCP RS-17).
 
 Resources: the default verifier creates its HTTP client on the first token it verifies (a
 middleware that never verifies one never creates it) and the middleware closes it at ASGI
@@ -23,7 +17,6 @@ server runs no lifespan for it. A ``verifier=`` or ``http_client=`` you pass sta
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -133,7 +126,6 @@ class ProtectedResourceMiddleware(AsyncClosing):
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         token_cache_size: int = 10_000,
         session_table_size: int = 10_000,
-        allow_websockets: bool = False,
         dpop: DPoP | None = None,
         filter_tools: bool = False,
     ) -> None:
@@ -177,7 +169,6 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self.max_body_bytes = max_body_bytes
         self.tokens = token_cache(token_cache_size)
         self.sessions = SessionBindings(session_table_size)
-        self.allow_websockets = allow_websockets
 
     async def aclose(self) -> None:
         """Close what the middleware opened (the default verifier's HTTP client); lifespan
@@ -191,7 +182,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
         elif scope["type"] == "websocket":
-            await self._websocket(scope, receive, send)
+            # MCP has no WebSocket transport: nothing to protect, so nothing passes.
+            deny = _websocket_denial(scope, send)
+            await send_json(deny, 403, jsonrpc_error(-32600, "WebSocket is not accepted here"))
         else:
             await self.app(scope, receive, send)
 
@@ -353,76 +346,6 @@ class ProtectedResourceMiddleware(AsyncClosing):
             await send(message)
 
         return lifespan_send
-
-    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The HTTP policy applied to the handshake, then to every frame (module docstring)."""
-        deny = _websocket_denial(scope, send)
-        if not self.allow_websockets:
-            await send_json(deny, 403, jsonrpc_error(-32600, "WebSocket is not accepted here"))
-            return
-        if not self._origin_allowed(scope):
-            await send_json(deny, 403, jsonrpc_error(-32600, "Origin not allowed"))
-            return
-        try:
-            token = await self._authenticate(scope)
-        except OAuthError as error:
-            await self._refuse(deny, error, used_dpop=_scheme_of(scope) == "dpop")
-            return
-        if token is None:
-            await self._refuse(deny, None)
-            return
-        verified, user = token
-        session_id = first_header(scope, SESSION_HEADER)
-        if session_id is not None and not self.sessions.allows(session_id, verified.principal):
-            await send_json(deny, 404, jsonrpc_error(-32001, "Session not found"))
-            return
-        needed = self.policy.required
-        if self.policy.missing(verified.scopes, needed):
-            description = "This operation needs the scopes: " + " ".join(sorted(needed))
-            used_dpop = _scheme_of(scope) == "dpop"
-            await self._refuse(deny, InsufficientScope(description), needed, used_dpop=used_dpop)
-            return
-        _strip_authorization(scope)
-        with identity.bound(scope, verified, user):
-            await self.app(scope, self._websocket_receive(receive, send, verified), send)
-
-    def _websocket_receive(self, receive: Receive, send: Send, verified: VerifiedToken) -> Receive:
-        """``receive`` that checks each frame against the token and the scope policy."""
-        closed = False
-
-        async def checked_receive() -> Message:
-            nonlocal closed
-            if closed:
-                return {"type": "websocket.disconnect", "code": 1008}
-            message = await receive()
-            if message["type"] != "websocket.receive":
-                return message
-            reason = self._frame_refusal(message, verified)
-            if reason is None:
-                return message
-            closed = True
-            logger.info("closing a WebSocket: %s", reason)
-            await send({"type": "websocket.close", "code": 1008, "reason": reason})
-            return {"type": "websocket.disconnect", "code": 1008}
-
-        return checked_receive
-
-    def _frame_refusal(self, message: Message, verified: VerifiedToken) -> str | None:
-        if verified.expires_at is not None and time.time() >= verified.expires_at:
-            return "The access token has expired"
-        if not self.policy.reads_body:
-            return None
-        frame = message.get("bytes") or (message.get("text") or "").encode()
-        if len(frame) > self.max_body_bytes:
-            return "The message is too large"
-        try:
-            messages = parse_jsonrpc(frame)
-        except MalformedRequest:
-            return "The message is not a well-formed JSON-RPC message"
-        needed = self.policy.needed_for(messages)
-        if self.policy.missing(verified.scopes, needed):
-            return "This operation needs the scopes: " + " ".join(sorted(needed))
-        return None
 
 
 def _strip_authorization(scope: Scope) -> None:

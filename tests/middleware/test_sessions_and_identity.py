@@ -206,7 +206,7 @@ async def test_without_the_sdk_request_user_is_a_starlette_user_named_by_subject
 
 
 @pytest.mark.parametrize("authorized", [False, True])
-async def test_websockets_are_protected_too(
+async def test_websockets_never_reach_the_app_with_or_without_a_token(
     authorized: bool, auth_server: FakeAuthorizationServer, protect: Any
 ) -> None:
     reached: list[Any] = []
@@ -224,6 +224,6 @@ async def test_websockets_are_protected_too(
         return {"type": "websocket.connect"}
 
     scope = {"type": "websocket", "path": "/mcp", "headers": headers}
-    await protect(app=app, allow_websockets=True)(scope, receive, send)
-    assert bool(reached) is authorized
-    assert (sent == [{"type": "websocket.close", "code": 1008}]) is not authorized
+    await protect(app=app)(scope, receive, send)
+    assert reached == []
+    assert sent == [{"type": "websocket.close", "code": 1008}]
