@@ -26,7 +26,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import TextContent
 
-from mcpauth.middleware import ProtectedResourceMiddleware, TokenExchanger
+from mcpauth.middleware import (
+    ProtectedResource,
+    ProtectedResourceMiddleware,
+    ScopePolicy,
+    TokenExchanger,
+)
 
 
 def build(
@@ -68,11 +73,9 @@ def build(
 
     return ProtectedResourceMiddleware(
         mcp.streamable_http_app(),
-        resource=resource,
+        resource=ProtectedResource(resource, name="Example gateway server"),
         authorization_servers=[issuer],
-        scopes_supported=["gateway:use"],
-        required_scopes="gateway:use",
-        resource_name="Example gateway server",
+        policy=ScopePolicy(required="gateway:use"),  # also the scopes its metadata lists
     )
 
 

@@ -12,7 +12,7 @@ import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import MCPServer
 
-from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.middleware import ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 
 
 def build(resource: str, issuer: str) -> ProtectedResourceMiddleware:
@@ -34,12 +34,12 @@ def build(resource: str, issuer: str) -> ProtectedResourceMiddleware:
 
     return ProtectedResourceMiddleware(
         mcp.streamable_http_app(),
-        resource=resource,  # this server's URL, as registered with the authorization server
+        # this server's URL, as registered with the authorization server
+        resource=ProtectedResource(
+            resource, name="Example notes server", scopes_supported=["notes:read", "notes:write"]
+        ),
         authorization_servers=[issuer],
-        scopes_supported=["notes:read", "notes:write"],
-        required_scopes="notes:read",
-        tool_scopes={"add_note": "notes:write"},
-        resource_name="Example notes server",
+        policy=ScopePolicy(required="notes:read", tools={"add_note": "notes:write"}),
     )
 
 

@@ -67,16 +67,15 @@ def demo_mcp_server() -> Any:
 def protected_demo_app(resource: str, issuer: str) -> Any:
     """The demo MCP server behind the middleware: ``mcp:tools`` for everything, ``mcp:admin``
     for ``reset_counter``; tokens from ``issuer`` for ``resource``."""
-    from mcpauth.middleware import ProtectedResourceMiddleware
+    from mcpauth.middleware import ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 
     return ProtectedResourceMiddleware(
         demo_mcp_server().streamable_http_app(),
-        resource=resource,
+        resource=ProtectedResource(
+            resource, name="mcpauth demo MCP server", scopes_supported=["mcp:tools"]
+        ),
         authorization_servers=[issuer],
-        scopes_supported=["mcp:tools"],
-        required_scopes="mcp:tools",
-        tool_scopes={"reset_counter": "mcp:admin"},
-        resource_name="mcpauth demo MCP server",
+        policy=ScopePolicy(required="mcp:tools", tools={"reset_counter": "mcp:admin"}),
     )
 
 

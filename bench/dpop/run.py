@@ -201,7 +201,7 @@ def proof_costs(n: int) -> dict[str, float]:
 
 
 async def _middleware_times(n: int) -> dict[str, float]:
-    from mcpauth.middleware import ProtectedResourceMiddleware, VerifiedToken
+    from mcpauth.middleware import ProtectedResourceMiddleware, ScopePolicy, VerifiedToken
 
     resource = "https://mcp.example.com/mcp"
     client_key = ec.generate_private_key(ec.SECP256R1())
@@ -238,7 +238,7 @@ async def _middleware_times(n: int) -> dict[str, float]:
             resource=resource,
             authorization_servers=["https://as.example.com"],
             verifier=Verifier(scheme == "DPoP"),
-            required_scopes="mcp:basic",
+            policy=ScopePolicy(required="mcp:basic"),
         )
         proofs = [proof(client_key, resource, token) for _ in range(n)] if scheme == "DPoP" else []
         spent = []

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcpauth import jwt
-from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.middleware import ProtectedResourceMiddleware, ScopePolicy
 
 KID = "bench-key"
 
@@ -65,8 +65,7 @@ def with_mcpauth(issuer: str, resource: str) -> Any:
         mcp_app(),
         resource=resource,
         authorization_servers=[issuer],
-        required_scopes="mcp:basic",
-        tool_scopes={"add": "mcp:basic"},
+        policy=ScopePolicy(required="mcp:basic", tools={"add": "mcp:basic"}),
     )
 
 

@@ -45,13 +45,14 @@ from mcpauth.middleware._asgi import (
     replay,
     send_json,
 )
-from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES, presented_token
+from mcpauth.middleware._bearer import presented_token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware._sessions import SessionBindings
 from mcpauth.middleware.adapters import verified_from
-from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, ScopeSpec, parse_jsonrpc
+from mcpauth.middleware.options import Limits, ProtectedResource
+from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, parse_jsonrpc
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
     metadata_paths,
@@ -72,7 +73,6 @@ from mcpauth.uris import canonical_resource
 __all__ = ["ProtectedResourceMiddleware"]
 
 logger = logging.getLogger("mcpauth.middleware")
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 SESSION_HEADER = b"mcp-session-id"
 UNAVAILABLE = "The authorization server is unavailable; try again later"
 
@@ -91,12 +91,17 @@ def default_verifier(
 class ProtectedResourceMiddleware(AsyncClosing):
     """Protect ``app``: every request needs a valid bearer token issued for ``resource``.
 
-    ``resource`` is the server's canonical URI (``https://host/mcp``). RFC 9728 metadata is
-    served at the path-aware and root well-known paths. Scopes: ``required_scopes`` for every
-    request, ``method_scopes`` per JSON-RPC method, ``tool_scopes`` / ``resource_scopes`` /
-    ``prompt_scopes`` per name, ``scope_implies`` for hierarchies. ``verifier`` defaults to
-    RFC 9068 JWT verification with keys from each authorization server's JWKS, fetched over
-    ``http_client`` when given; the middleware closes what it creates (module docstring).
+    ``resource`` is the server's canonical URI (``https://host/mcp``), or a
+    :class:`ProtectedResource` that also names it and lists its scopes; RFC 9728 metadata is
+    served at the path-aware and root well-known paths. ``authorization_servers`` are the
+    issuers whose tokens are accepted. ``policy`` says which scopes each request needs
+    (:class:`ScopePolicy`: for every request, per JSON-RPC method, per tool, resource or
+    prompt, with hierarchies); ``filter_tools`` shows a caller only the tools it may call.
+    ``verifier`` defaults to RFC 9068 JWT verification with keys from each authorization
+    server's JWKS, fetched over ``http_client`` when given; the middleware closes what it
+    creates (module docstring). ``dpop`` sets the DPoP rules (:class:`DPoP`), ``limits`` the
+    sizes (:class:`Limits`), ``allowed_origins`` the browser origins allowed to call (any when
+    ``None``).
 
     Raises:
         ValueError: no authorization server, or ``resource`` is not a valid resource URI.
@@ -108,48 +113,34 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self,
         app: ASGIApp,
         *,
-        resource: str,
+        resource: str | ProtectedResource,
         authorization_servers: Sequence[str],
-        scopes_supported: Sequence[str] | None = None,
-        required_scopes: ScopeSpec = (),
-        method_scopes: Mapping[str, ScopeSpec] | None = None,
-        tool_scopes: Mapping[str, ScopeSpec] | None = None,
-        resource_scopes: Mapping[str, ScopeSpec] | None = None,
-        prompt_scopes: Mapping[str, ScopeSpec] | None = None,
-        scope_implies: Mapping[str, ScopeSpec] | None = None,
+        policy: ScopePolicy | None = None,
         verifier: TokenVerifier | None = None,
-        resource_name: str | None = None,
-        resource_documentation: str | None = None,
         http_client: httpx.AsyncClient | None = None,
-        allowed_origins: Iterable[str] | None = None,
-        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        token_cache_size: int = 10_000,
-        session_table_size: int = 10_000,
         dpop: DPoP | None = None,
+        limits: Limits | None = None,
+        allowed_origins: Iterable[str] | None = None,
         filter_tools: bool = False,
     ) -> None:
+        described = ProtectedResource(resource) if isinstance(resource, str) else resource
         self.app = app
         self.filter_tools = filter_tools
         self.dpop = dpop if dpop is not None else DPoP()
-        self.resource = canonical_resource(resource)
-        self.policy = ScopePolicy(
-            required=required_scopes,
-            methods=method_scopes,
-            tools=tool_scopes,
-            resources=resource_scopes,
-            prompts=prompt_scopes,
-            implies=scope_implies,
-        )
+        self.limits = limits if limits is not None else Limits()
+        self.resource = canonical_resource(described.uri)
+        self.policy = policy if policy is not None else ScopePolicy()
         supported = (
-            scopes_supported if scopes_supported is not None else sorted(self.policy.required)
+            described.scopes_supported
+            if described.scopes_supported is not None
+            else sorted(self.policy.required)
         )
         document = resource_metadata(
             resource=self.resource,
             authorization_servers=authorization_servers,
             scopes_supported=supported or None,
-            resource_name=resource_name,
-            resource_documentation=resource_documentation,
+            resource_name=described.name,
+            resource_documentation=described.documentation,
         )
         self.metadata_url = metadata_url(self.resource)
         self._metadata_paths = metadata_paths(self.resource)
@@ -165,10 +156,8 @@ class ProtectedResourceMiddleware(AsyncClosing):
             where = "ProtectedResourceMiddleware(verifier=...)"
             self.verifier = require_token_verifier(verifier, where)
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
-        self.max_header_bytes = max_header_bytes
-        self.max_body_bytes = max_body_bytes
-        self.tokens = token_cache(token_cache_size)
-        self.sessions = SessionBindings(session_table_size)
+        self.tokens = token_cache(self.limits.token_cache_size)
+        self.sessions = SessionBindings(self.limits.session_table_size)
 
     async def aclose(self) -> None:
         """Close what the middleware opened (the default verifier's HTTP client); lifespan
@@ -231,7 +220,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
             used_dpop = _scheme_of(scope) == "dpop"
             await self._refuse(send, InsufficientScope(description), needed, used_dpop=used_dpop)
             return
-        presented = presented_token(scope, max_bytes=self.max_header_bytes)
+        presented = presented_token(scope, max_bytes=self.limits.max_header_bytes)
         raw = presented[1] if presented is not None else None  # for token exchange only
         _strip_authorization(scope)
         send_out = self._session_send(scope, send, verified, session_id)
@@ -245,7 +234,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
             await self.app(scope, receive, send_out)
 
     async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:
-        presented = presented_token(scope, max_bytes=self.max_header_bytes)
+        presented = presented_token(scope, max_bytes=self.limits.max_header_bytes)
         if presented is None:
             return None
         scheme, raw = presented
@@ -286,13 +275,13 @@ class ProtectedResourceMiddleware(AsyncClosing):
         if not reads or scope.get("method") != "POST":
             return self.policy.required, receive, []
         length = first_header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+        if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise PayloadTooLarge("The request body is too large")
         encoding = first_header(scope, b"content-encoding")
         if encoding is not None and encoding.strip().lower() != "identity":
             raise InvalidRequest("Encoded request bodies are not accepted")
         try:
-            body = await read_body(receive, self.max_body_bytes)
+            body = await read_body(receive, self.limits.max_body_bytes)
         except BodyTooLarge:
             raise PayloadTooLarge("The request body is too large") from None
         try:

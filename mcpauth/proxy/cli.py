@@ -15,7 +15,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from mcpauth.middleware import DPoP, ProtectedResourceMiddleware
+from mcpauth.middleware import DPoP, ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 from mcpauth.middleware._asgi import ASGIApp
 from mcpauth.proxy.stdio import (
     DEFAULT_IDLE_TIMEOUT,
@@ -173,12 +173,11 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         tool_scopes.setdefault(tool, []).extend(scope.split())
     middleware = ProtectedResourceMiddleware(
         inner,
-        resource=resource,
+        resource=ProtectedResource(
+            resource, name=args.resource_name, scopes_supported=sorted(set(args.scopes)) or None
+        ),
         authorization_servers=args.authorization_servers,
-        required_scopes=args.scopes,
-        scopes_supported=sorted(set(args.scopes)) or None,
-        tool_scopes=tool_scopes or None,
-        resource_name=args.resource_name,
+        policy=ScopePolicy(required=args.scopes, tools=tool_scopes or None),
         allowed_origins=args.allowed_origins,
         dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
         filter_tools=args.filter_tools,

@@ -40,7 +40,7 @@ class Stack:
 
 
 def _mcp_app(resource: str, issuer: str) -> object:
-    from mcpauth.middleware import ProtectedResourceMiddleware
+    from mcpauth.middleware import ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 
     server = MCPServer("e2e")
 
@@ -56,11 +56,9 @@ def _mcp_app(resource: str, issuer: str) -> object:
 
     return ProtectedResourceMiddleware(
         server.streamable_http_app(host="127.0.0.1"),
-        resource=resource,
+        resource=ProtectedResource(resource, scopes_supported=["tools:read"]),
         authorization_servers=[issuer],
-        scopes_supported=["tools:read"],
-        required_scopes=("tools:read",),
-        tool_scopes={"write": "tools:write"},
+        policy=ScopePolicy(required=("tools:read",), tools={"write": "tools:write"}),
     )
 
 

@@ -297,7 +297,7 @@ def sdk_app(issuer: str, resource: str) -> Any:
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.mcpserver import MCPServer
 
-    from mcpauth.middleware import ProtectedResourceMiddleware
+    from mcpauth.middleware import ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 
     server = MCPServer("e2e sdk")
 
@@ -318,12 +318,11 @@ def sdk_app(issuer: str, resource: str) -> Any:
 
     return ProtectedResourceMiddleware(
         server.streamable_http_app(),
-        resource=resource,
+        resource=ProtectedResource(
+            resource, scopes_supported=["mcp:tools", "mcp:admin"], name="E2E MCP server"
+        ),
         authorization_servers=[issuer],
-        scopes_supported=["mcp:tools", "mcp:admin"],
-        required_scopes="mcp:tools",
-        tool_scopes={"admin_tool": "mcp:admin"},
-        resource_name="E2E MCP server",
+        policy=ScopePolicy(required="mcp:tools", tools={"admin_tool": "mcp:admin"}),
     )
 
 

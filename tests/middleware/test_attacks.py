@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mcpauth import jwt
+from mcpauth.middleware import Limits
 
 from .helpers import (
     OTHER_RESOURCE,
@@ -179,7 +180,7 @@ async def test_a_token_with_ten_thousand_scopes_is_handled_without_error_t16(
 ) -> None:
     scope = " ".join(f"s{i}" for i in range(10_000))
     token = auth_server.mint(scope=scope)
-    async with client_for(protect(max_header_bytes=1024 * 1024)) as client:
+    async with client_for(protect(limits=Limits(max_header_bytes=1024 * 1024))) as client:
         response = await client.post("/mcp", json=rpc("tools/list"), headers=bearer(token))
     assert response.status_code == 401  # above jwt.MAX_TOKEN_LENGTH: refused, not parsed
     assert recording_app.calls == []

@@ -33,7 +33,7 @@ from mcpauth.dpop import (
     access_token_hash,
     make_proof,
 )
-from mcpauth.middleware import DPoP
+from mcpauth.middleware import DPoP, ScopePolicy
 from mcpauth.middleware.sender_constraint import request_path
 
 from .helpers import RESOURCE, FakeAuthorizationServer, RecordingApp, bearer, client_for, rpc
@@ -279,7 +279,7 @@ async def test_each_refusal_has_its_exact_status_error_and_challenges(
 ) -> None:
     bound, unbound = bound_token(auth_server), auth_server.mint()
     headers = case.send(bound, unbound)
-    middleware = protect(required_scopes="mcp:basic", dpop=DPoP(**case.policy))
+    middleware = protect(dpop=DPoP(**case.policy), policy=ScopePolicy(required="mcp:basic"))
     async with client_for(middleware) as client:
         if case.twice:
             first = await client.post("/mcp", json=rpc("ping"), headers=headers)
@@ -308,7 +308,7 @@ async def test_insufficient_scope_with_dpop_is_403_with_the_error_in_the_dpop_ch
     protect: Any, auth_server: FakeAuthorizationServer, recording_app: RecordingApp
 ) -> None:
     token = bound_token(auth_server)
-    middleware = protect(required_scopes="mcp:basic", tool_scopes={"delete": "files:write"})
+    middleware = protect(policy=ScopePolicy(required="mcp:basic", tools={"delete": "files:write"}))
     call = rpc("tools/call", {"name": "delete", "arguments": {}})
     async with client_for(middleware) as client:
         response = await client.post("/mcp", json=call, headers=dpop_headers(token, proof(token)))

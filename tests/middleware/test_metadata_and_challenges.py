@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from .helpers import ISSUER, FakeAuthorizationServer, RecordingApp, bearer, client_for, rpc
+from mcpauth.middleware import ProtectedResource, ScopePolicy
+
+from .helpers import (
+    ISSUER,
+    RESOURCE,
+    FakeAuthorizationServer,
+    RecordingApp,
+    bearer,
+    client_for,
+    rpc,
+)
 
 pytestmark = pytest.mark.anyio
 PRM_URL = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
@@ -19,7 +29,11 @@ PRM_URL = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
 async def test_metadata_is_served_at_the_path_aware_and_root_well_known_urls_rs_01_rs_02_rs_03(
     path: str, protect: Any, recording_app: RecordingApp
 ) -> None:
-    middleware = protect(scopes_supported=["mcp:basic", "offline_access"], resource_name="Demo")
+    middleware = protect(
+        resource=ProtectedResource(
+            RESOURCE, scopes_supported=["mcp:basic", "offline_access"], name="Demo"
+        )
+    )
     async with client_for(middleware) as client:
         response = await client.get(path, headers={"Origin": "https://app.example"})
     assert response.status_code == 200
@@ -35,7 +49,9 @@ async def test_metadata_is_served_at_the_path_aware_and_root_well_known_urls_rs_
 
 
 async def test_metadata_never_advertises_offline_access_rs_07(protect: Any) -> None:
-    async with client_for(protect(scopes_supported=["offline_access", "a"])) as client:
+    async with client_for(
+        protect(resource=ProtectedResource(RESOURCE, scopes_supported=["offline_access", "a"]))
+    ) as client:
         document = (await client.get("/.well-known/oauth-protected-resource")).json()
     assert document["scopes_supported"] == ["a"]
 
@@ -62,7 +78,7 @@ async def test_metadata_answers_cors_preflight_and_refuses_post(protect: Any) ->
 async def test_a_request_without_a_token_gets_401_with_resource_metadata_and_scope_rs_02_rs_04(
     protect: Any, recording_app: RecordingApp
 ) -> None:
-    async with client_for(protect(required_scopes=["mcp:basic"])) as client:
+    async with client_for(protect(policy=ScopePolicy(required=["mcp:basic"]))) as client:
         response = await client.post("/mcp", json=rpc("initialize"))
     assert response.status_code == 401
     assert response.headers.get_list("www-authenticate")[0] == (
@@ -106,7 +122,7 @@ async def test_an_invalid_token_gets_401_with_error_description_and_resource_met
     protect: Any, auth_server: FakeAuthorizationServer
 ) -> None:
     token = auth_server.mint(exp=1, iat=0)
-    async with client_for(protect(required_scopes="mcp:basic")) as client:
+    async with client_for(protect(policy=ScopePolicy(required="mcp:basic"))) as client:
         response = await client.get("/mcp", headers=bearer(token))
     assert response.status_code == 401
     assert response.headers.get_list("www-authenticate")[0] == (
@@ -141,7 +157,9 @@ async def test_two_authorization_headers_are_a_malformed_request_rs_11(
 async def test_insufficient_scope_gets_403_in_the_spec_wire_format_rs_12(
     protect: Any, auth_server: FakeAuthorizationServer, recording_app: RecordingApp
 ) -> None:
-    middleware = protect(required_scopes="mcp:basic", tool_scopes={"delete_file": "files:write"})
+    middleware = protect(
+        policy=ScopePolicy(required="mcp:basic", tools={"delete_file": "files:write"})
+    )
     call = rpc("tools/call", {"name": "delete_file", "arguments": {}})
     async with client_for(middleware) as client:
         response = await client.post("/mcp", json=call, headers=bearer(auth_server.mint()))

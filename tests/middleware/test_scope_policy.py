@@ -8,19 +8,21 @@ from typing import Any
 
 import pytest
 
-from mcpauth.middleware import ScopePolicy
+from mcpauth.middleware import Limits, ScopePolicy
 
 from .helpers import FakeAuthorizationServer, RecordingApp, bearer, client_for, rpc
 
 pytestmark = pytest.mark.anyio
 
 POLICY: dict[str, Any] = {
-    "required_scopes": "mcp:basic",
-    "method_scopes": {"resources/list": "files:read"},
-    "tool_scopes": {"delete_file": ["files:write", "files:delete"], "read_file": "files:read"},
-    "resource_scopes": {"file:///secret": "secrets:read"},
-    "prompt_scopes": {"admin_prompt": "admin"},
-    "scope_implies": {"files:admin": ["files:write", "files:delete", "files:read"]},
+    "policy": ScopePolicy(
+        required="mcp:basic",
+        methods={"resources/list": "files:read"},
+        tools={"delete_file": ["files:write", "files:delete"], "read_file": "files:read"},
+        resources={"file:///secret": "secrets:read"},
+        prompts={"admin_prompt": "admin"},
+        implies={"files:admin": ["files:write", "files:delete", "files:read"]},
+    )
 }
 
 
@@ -150,7 +152,7 @@ async def test_an_oversized_body_is_refused_with_413(
         yield body[:500]
         yield body[500:]
 
-    async with client_for(protect(max_body_bytes=1000, **POLICY)) as client:
+    async with client_for(protect(limits=Limits(max_body_bytes=1000), **POLICY)) as client:
         response = await client.post("/mcp", content=body, headers=bearer(auth_server.mint()))
         chunked = await client.post("/mcp", content=chunks(), headers=bearer(auth_server.mint()))
     assert (response.status_code, chunked.status_code) == (413, 413)
@@ -160,7 +162,7 @@ async def test_an_oversized_body_is_refused_with_413(
 async def test_without_per_operation_rules_the_body_is_not_read(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
-    async with client_for(protect(required_scopes="mcp:basic")) as client:
+    async with client_for(protect(policy=ScopePolicy(required="mcp:basic"))) as client:
         response = await client.post(
             "/mcp", content=b"{not json", headers=bearer(auth_server.mint())
         )

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import mcpauth.middleware
-from mcpauth.middleware import current_token, verified_token
+from mcpauth.middleware import Limits, current_token, verified_token
 
 from .helpers import RESOURCE, FakeAuthorizationServer, RecordingApp, bearer, client_for
 
@@ -59,7 +59,7 @@ async def test_the_same_user_through_another_client_cannot_use_the_session(
 async def test_an_unknown_session_id_is_refused_so_eviction_fails_closed_rs_20(
     auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
 ) -> None:
-    middleware = protect(session_table_size=2)
+    middleware = protect(limits=Limits(session_table_size=2))
     async with client_for(middleware) as client:
         for sid in ("s1", "s2", "s3"):
             recording_app.session_id = sid

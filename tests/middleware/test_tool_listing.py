@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from mcpauth.middleware import ScopePolicy
+
 from .helpers import FakeAuthorizationServer, bearer, client_for, rpc
 
 pytestmark = pytest.mark.anyio
@@ -67,9 +69,11 @@ async def test_a_caller_sees_only_the_tools_its_token_may_call(
 ) -> None:
     middleware = protect(
         app=sdk_like(mode),
-        tool_scopes={"write": "files:write", "admin": "files:admin"},
-        scope_implies={"files:admin": "files:write"},
         filter_tools=True,
+        policy=ScopePolicy(
+            tools={"write": "files:write", "admin": "files:admin"},
+            implies={"files:admin": "files:write"},
+        ),
     )
     reader = bearer(auth_server.mint(scope="mcp:basic"))
     writer = bearer(auth_server.mint(scope="mcp:basic files:write"))
@@ -91,7 +95,7 @@ async def test_a_caller_sees_only_the_tools_its_token_may_call(
 async def test_without_the_option_every_tool_is_listed(
     protect: Any, auth_server: FakeAuthorizationServer
 ) -> None:
-    middleware = protect(app=sdk_like("json"), tool_scopes={"write": "files:write"})
+    middleware = protect(app=sdk_like("json"), policy=ScopePolicy(tools={"write": "files:write"}))
     async with client_for(middleware) as client:
         response = await client.post(
             "/mcp", json=rpc("tools/list"), headers=bearer(auth_server.mint(scope="mcp:basic"))

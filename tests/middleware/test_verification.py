@@ -20,6 +20,7 @@ from mcpauth.middleware import (
     IntrospectionVerifier,
     JWKSCache,
     JWTVerifier,
+    Limits,
     MultiIssuerVerifier,
     TokenVerifier,
     VerifiedToken,
@@ -152,7 +153,7 @@ async def test_a_verified_token_is_not_verified_again_until_it_expires(
 async def test_the_token_cache_is_keyed_by_digest_and_bounded(
     auth_server: FakeAuthorizationServer, protect: Any
 ) -> None:
-    middleware = protect(token_cache_size=3)
+    middleware = protect(limits=Limits(token_cache_size=3))
     tokens = [auth_server.mint() for _ in range(5)]
     async with client_for(middleware) as client:
         for token in tokens:

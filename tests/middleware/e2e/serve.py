@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mcpauth import jwt
-from mcpauth.middleware import ProtectedResourceMiddleware, current_token
+from mcpauth.middleware import ProtectedResourceMiddleware, ScopePolicy, current_token
 
 KID = "e2e-key"
 
@@ -97,9 +97,11 @@ def protected_app(issuer: str, resource: str, *, unprotected: bool = False) -> A
         app,
         resource=resource,
         authorization_servers=[issuer],
-        required_scopes="mcp:basic",
-        tool_scopes={"delete_file": "files:write"},
-        scope_implies={"files:admin": "files:write"},
+        policy=ScopePolicy(
+            required="mcp:basic",
+            tools={"delete_file": "files:write"},
+            implies={"files:admin": "files:write"},
+        ),
     )
 
 
