@@ -17,10 +17,10 @@ from pathlib import Path
 
 import uvicorn
 
-from mcpauth.server import Admin, Settings, create_app
+from mcpauth.server import Admin, ClientInfo, Settings, create_app
 
 
-def _write(path: Path, client: dict[str, str]) -> None:
+def _write(path: Path, client: ClientInfo) -> None:
     """A client's id and secret, readable by the owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:

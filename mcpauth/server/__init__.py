@@ -3,7 +3,17 @@
 :class:`SignInStep` of your own replaces the built-in sign-in (``create_app(settings,
 sign_in=...)``)."""
 
-from mcpauth.server.admin import Admin, AdminError
+from mcpauth.server.admin import (
+    Admin,
+    AdminError,
+    ClientInfo,
+    ClientListing,
+    KeyInfo,
+    ResourceInfo,
+    RotatedKey,
+    UserInfo,
+    UserListing,
+)
 from mcpauth.server.app import create_app
 from mcpauth.server.browser.sign_in_step import (
     Account,
@@ -17,10 +27,17 @@ __all__ = [
     "Account",
     "Admin",
     "AdminError",
+    "ClientInfo",
+    "ClientListing",
+    "KeyInfo",
     "PasswordAndProviders",
     "PendingSignIn",
+    "ResourceInfo",
+    "RotatedKey",
     "Settings",
     "SignInStep",
+    "UserInfo",
+    "UserListing",
     "create_app",
     "load_settings",
 ]

@@ -1,12 +1,14 @@
 """The administrative commands behind ``mcpauth users|resources|clients|keys|db``: each works
-on the same database as ``serve``."""
+on the same database as ``serve``, and returns typed values (:class:`UserInfo`,
+:class:`ResourceInfo`, :class:`ClientInfo`, ...) that are plain JSON objects at run time, as the
+commands print them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.server.clients import records
@@ -27,6 +29,114 @@ class AdminError(ConfigurationError):
     """An admin command cannot do what was asked; the message says why."""
 
 
+class UserInfo(TypedDict):
+    """A user just added: its id (the ``sub`` of its tokens) and name."""
+
+    id: str
+    username: str
+
+
+class UserListing(UserInfo):
+    """A user as listed, with when it was added (seconds since the epoch)."""
+
+    created_at: int
+
+
+class ResourceInfo(TypedDict):
+    """A protected resource: its canonical URI, display name, scopes (name → description), the
+    scopes granted when a client asks for none, whether it is the default resource, whether
+    its tokens must be DPoP-bound and the person claims they carry."""
+
+    uri: str
+    name: str
+    scopes: dict[str, str]
+    default_scopes: list[str]
+    default: bool
+    dpop_required: bool
+    token_claims: list[str]
+
+
+class ClientInfo(TypedDict):
+    """A client just registered: its RFC 7591 §3.2.1 information, the secret shown once (for a
+    confidential client) and its registered metadata (members left out when absent)."""
+
+    client_id: str
+    client_id_issued_at: int
+    client_secret: NotRequired[str]
+    client_secret_expires_at: NotRequired[int]
+    registration_client_uri: str
+    redirect_uris: list[str]
+    grant_types: list[str]
+    response_types: list[str]
+    token_endpoint_auth_method: str
+    application_type: str
+    client_name: NotRequired[str]
+    scope: NotRequired[str]
+    jwks: NotRequired[dict[str, Any]]
+    jwks_uri: NotRequired[str]
+
+
+class ClientListing(TypedDict):
+    """A client as listed: where it came from (``admin``, ``dcr`` or ``cimd``) and how it
+    authenticates, where it may be redirected, what it may do."""
+
+    client_id: str
+    client_name: str
+    source: str
+    token_endpoint_auth_method: str
+    redirect_uris: list[str]
+    grant_types: list[str]
+    first_party: bool
+    introspect: bool
+
+
+KeyState = Literal["next", "active", "retired", "expired"]
+
+
+class KeyInfo(TypedDict):
+    """A signing key and where it is in its rotation (times in seconds since the epoch)."""
+
+    kid: str
+    alg: str
+    state: KeyState
+    created_at: int
+    active_at: int
+    retired_at: int | None
+    expires_at: int | None
+
+
+class RotatedKey(TypedDict):
+    """The key a rotation made next: it signs from ``active_at``."""
+
+    kid: str
+    alg: str
+    active_at: int
+
+
+class UpstreamInfo(TypedDict):
+    """An upstream identity provider as configured: where its secret comes from and whether it
+    can be read, the redirect URI to register there, how many people signed in through it, the
+    endpoints of a provider without discovery and, when checked, whether it is reachable."""
+
+    id: str
+    name: str
+    kind: str
+    issuer: str
+    client_id: str
+    client_secret: str
+    client_secret_readable: bool
+    token_endpoint_auth_method: str
+    scopes: list[str]
+    allowed_email_domains: list[str]
+    required_claims: dict[str, list[str]]
+    redirect_uri: str
+    authorization_endpoint: NotRequired[str | None]
+    token_endpoint: NotRequired[str | None]
+    userinfo_endpoint: NotRequired[str | None]
+    accounts: int
+    reachable: NotRequired[str]
+
+
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
     """A context on the configured database (upgrading an embedded SQLite one)."""
     engine = make_engine(settings.database_url)
@@ -37,7 +147,7 @@ def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
     return build_context(settings, engine)
 
 
-def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]:
+def add_user(ctx: ServerContext, username: str, password: str) -> UserInfo:
     username = username.strip()
     if not username or len(username) > 200:
         raise AdminError("the username must be 1 to 200 characters")
@@ -50,7 +160,7 @@ def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]
     return {"id": user.id, "username": user.username}
 
 
-def list_users(ctx: ServerContext) -> list[dict[str, Any]]:
+def list_users(ctx: ServerContext) -> list[UserListing]:
     with ctx.db.read() as session:
         return [
             {"id": u.id, "username": u.username, "created_at": u.created_at}
@@ -95,7 +205,7 @@ def add_resource(
     is_default: bool = False,
     dpop_required: bool = False,
     token_claims: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> ResourceInfo:
     try:
         canonical = canonical_resource(uri)
     except URIError as exc:
@@ -133,7 +243,7 @@ def add_resource(
     }
 
 
-def list_resources(ctx: ServerContext) -> list[dict[str, Any]]:
+def list_resources(ctx: ServerContext) -> list[ResourceInfo]:
     with ctx.db.read() as session:
         return [
             {
@@ -177,7 +287,7 @@ def add_client(
     dpop_bound: bool = False,
     exchange_from: Sequence[str] = (),
     exchange_to: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> ClientInfo:
     raw: dict[str, Any] = {"client_name": name, "redirect_uris": list(redirect_uris)}
     if grant_types:
         raw["grant_types"] = list(grant_types)
@@ -209,10 +319,10 @@ def add_client(
         ctx, validated, source="admin", first_party=first_party, introspect=introspect
     )
     info.pop("registration_access_token", None)
-    return info
+    return cast(ClientInfo, info)
 
 
-def list_clients(ctx: ServerContext) -> list[dict[str, Any]]:
+def list_clients(ctx: ServerContext) -> list[ClientListing]:
     with ctx.db.read() as session:
         return [
             {
@@ -236,10 +346,11 @@ def remove_client(ctx: ServerContext, client_id: str) -> None:
     ctx.clients.forget(client_id)
 
 
-def list_keys(ctx: ServerContext) -> list[dict[str, Any]]:
+def list_keys(ctx: ServerContext) -> list[KeyInfo]:
     now = ctx.now()
-    rows = []
+    rows: list[KeyInfo] = []
     for key in ctx.keys.list_keys():
+        state: KeyState
         if key.expires_at is not None and key.expires_at <= now:
             state = "expired"
         elif key.active_at > now:
@@ -262,20 +373,20 @@ def list_keys(ctx: ServerContext) -> list[dict[str, Any]]:
     return rows
 
 
-def rotate_keys(ctx: ServerContext) -> dict[str, Any]:
+def rotate_keys(ctx: ServerContext) -> RotatedKey:
     ctx.keys.ensure_key()
     key = ctx.keys.rotate()
     return {"kid": key.kid, "alg": key.alg, "active_at": key.active_at}
 
 
-def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, Any]]:
+def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[UpstreamInfo]:
     """The configured upstream providers (settings, never the database: their secrets
     stay in the environment or files), the redirect URI to register at each, whether its
     secret can be read and how many people have signed in through it; with ``check``, whether
     its OpenID configuration can be fetched now."""
     with ctx.db.read() as session:
         signed_in = identities.identities_by_provider(session)
-    rows = []
+    rows: list[UpstreamInfo] = []
     for provider in ctx.upstream:
         config = provider.config
         if config.client_secret_env:
@@ -315,7 +426,7 @@ def list_upstream(ctx: ServerContext, *, check: bool = False) -> list[dict[str, 
         }
         if check:
             row["reachable"] = _reachable(ctx, provider)
-        rows.append(row)
+        rows.append(cast(UpstreamInfo, row))  # built in the order the command prints
     return rows
 
 
@@ -375,10 +486,11 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def add_user(self, username: str, password: str) -> dict[str, Any]:
+    def add_user(self, username: str, password: str) -> UserInfo:
+        """Add a user who signs in with ``password`` (hashed with argon2id)."""
         return add_user(self._ctx, username, password)
 
-    def list_users(self) -> list[dict[str, Any]]:
+    def list_users(self) -> list[UserListing]:
         return list_users(self._ctx)
 
     def remove_user(self, username: str) -> None:
@@ -394,7 +506,8 @@ class Admin:
         is_default: bool = False,
         dpop_required: bool = False,
         token_claims: Sequence[str] = (),
-    ) -> dict[str, Any]:
+    ) -> ResourceInfo:
+        """Add a protected resource; ``scopes`` are ``name`` or ``name=description``."""
         return add_resource(
             self._ctx,
             uri,
@@ -406,7 +519,7 @@ class Admin:
             token_claims=token_claims,
         )
 
-    def list_resources(self) -> list[dict[str, Any]]:
+    def list_resources(self) -> list[ResourceInfo]:
         return list_resources(self._ctx)
 
     def remove_resource(self, uri: str) -> None:
@@ -427,7 +540,7 @@ class Admin:
         dpop_bound: bool = False,
         exchange_from: Sequence[str] = (),
         exchange_to: Sequence[str] = (),
-    ) -> dict[str, Any]:
+    ) -> ClientInfo:
         """Register a client; the result holds ``client_id`` and, for a confidential client,
         ``client_secret`` (shown once: only its digest is stored)."""
         return add_client(
@@ -446,14 +559,14 @@ class Admin:
             exchange_to=exchange_to,
         )
 
-    def list_clients(self) -> list[dict[str, Any]]:
+    def list_clients(self) -> list[ClientListing]:
         return list_clients(self._ctx)
 
     def remove_client(self, client_id: str) -> None:
         remove_client(self._ctx, client_id)
 
-    def list_keys(self) -> list[dict[str, Any]]:
+    def list_keys(self) -> list[KeyInfo]:
         return list_keys(self._ctx)
 
-    def rotate_keys(self) -> dict[str, Any]:
+    def rotate_keys(self) -> RotatedKey:
         return rotate_keys(self._ctx)
