@@ -32,6 +32,18 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
 from mcpauth.oauth import same_secret
 
+__all__ = [
+    "ALGORITHMS",
+    "DPoPNonces",
+    "DPoPProof",
+    "MemoryReplayCache",
+    "ReplayCache",
+    "ReplayCacheFull",
+    "access_token_hash",
+    "check_proof",
+    "make_proof",
+]
+
 PROOF_TYPE = "dpop+jwt"
 # What the server accepts and advertises (dpop_signing_alg_values_supported): asymmetric only.
 ALGORITHMS = ("ES256", "EdDSA", "RS256", "PS256")

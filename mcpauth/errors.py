@@ -20,6 +20,8 @@
         ├── InvalidRedirectUri        RFC 7591 §3.2.2
         ├── InvalidToken              401, RFC 6750 §3.1
         ├── InsufficientScope         403, RFC 6750 §3.1
+        ├── InvalidDPoPProof          401, RFC 9449 §7.1
+        ├── UseDPoPNonce              401 with DPoP-Nonce, RFC 9449 §9
         └── TooManyRequests           429 with Retry-After
 
 Every OAuth error renders itself as the RFC's JSON body (``to_dict``); the HTTP layer of each
@@ -32,6 +34,33 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mcpauth.oauth import OUTSIDE_ERROR_TEXT
+
+__all__ = [
+    "AccessDenied",
+    "ConfigurationError",
+    "FetchError",
+    "InsufficientScope",
+    "InvalidClient",
+    "InvalidClientMetadata",
+    "InvalidDPoPProof",
+    "InvalidGrant",
+    "InvalidRedirectUri",
+    "InvalidRequest",
+    "InvalidScope",
+    "InvalidTarget",
+    "InvalidToken",
+    "MCPAuthError",
+    "OAuthError",
+    "PayloadTooLarge",
+    "ServerError",
+    "TemporarilyUnavailable",
+    "TooManyRequests",
+    "UnauthorizedClient",
+    "UnsupportedGrantType",
+    "UnsupportedResponseType",
+    "UseDPoPNonce",
+    "error_for",
+]
 
 # RFC 6749 §5.2 / §4.1.2.1: error_description is %x20-21 / %x23-5B / %x5D-7E
 _SUBSTITUTES = {

@@ -22,6 +22,22 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from mcpauth.errors import InvalidToken
 
+__all__ = [
+    "ACCESS_TOKEN_TYPES",
+    "ALGORITHMS",
+    "UnknownKeyError",
+    "VerificationKey",
+    "encode",
+    "generate_private_key",
+    "key_set",
+    "private_key_from_pem",
+    "private_key_to_pem",
+    "public_jwk",
+    "thumbprint",
+    "unverified_header",
+    "verify",
+]
+
 Algorithm = Literal["ES256", "RS256", "EdDSA"]
 ALGORITHMS: tuple[Algorithm, ...] = ("ES256", "RS256", "EdDSA")
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey

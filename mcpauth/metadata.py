@@ -11,6 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+__all__ = [
+    "AuthorizationServerMetadata",
+    "ClientInformation",
+    "ClientMetadata",
+    "ProtectedResourceMetadata",
+]
+
 
 class _Document(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)

@@ -17,6 +17,18 @@ import idna
 
 from mcpauth.errors import ConfigurationError
 
+__all__ = [
+    "MalformedURL",
+    "URIError",
+    "authorization_server_metadata_urls",
+    "canonical_resource",
+    "check_issuer",
+    "is_loopback_host",
+    "origin",
+    "parse_url",
+    "well_known_url",
+]
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

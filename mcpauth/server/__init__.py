@@ -3,9 +3,8 @@
 :class:`SignInStep` of your own replaces the built-in sign-in (``create_app(settings,
 sign_in=...)``)."""
 
-from mcpauth.server.admin import (
-    Admin,
-    AdminError,
+from mcpauth.server.admin import Admin, AdminError
+from mcpauth.server.admin_results import (
     ClientInfo,
     ClientListing,
     KeyInfo,

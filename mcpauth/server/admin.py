@@ -1,16 +1,27 @@
 """The administrative commands behind ``mcpauth users|resources|clients|keys|db``: each works
-on the same database as ``serve``, and returns typed values (:class:`UserInfo`,
-:class:`ResourceInfo`, :class:`ClientInfo`, ...) that are plain JSON objects at run time, as the
-commands print them."""
+on the same database as ``serve``, and returns the typed values of
+:mod:`mcpauth.server.admin_results` (plain JSON objects at run time, as the commands print
+them)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, cast
 
 from mcpauth.errors import ConfigurationError, OAuthError
+from mcpauth.server.admin_results import (
+    ClientInfo,
+    ClientListing,
+    KeyInfo,
+    KeyState,
+    ResourceInfo,
+    RotatedKey,
+    UpstreamInfo,
+    UserInfo,
+    UserListing,
+)
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
@@ -27,114 +38,6 @@ from mcpauth.uris import URIError, canonical_resource
 
 class AdminError(ConfigurationError):
     """An admin command cannot do what was asked; the message says why."""
-
-
-class UserInfo(TypedDict):
-    """A user just added: its id (the ``sub`` of its tokens) and name."""
-
-    id: str
-    username: str
-
-
-class UserListing(UserInfo):
-    """A user as listed, with when it was added (seconds since the epoch)."""
-
-    created_at: int
-
-
-class ResourceInfo(TypedDict):
-    """A protected resource: its canonical URI, display name, scopes (name → description), the
-    scopes granted when a client asks for none, whether it is the default resource, whether
-    its tokens must be DPoP-bound and the person claims they carry."""
-
-    uri: str
-    name: str
-    scopes: dict[str, str]
-    default_scopes: list[str]
-    default: bool
-    dpop_required: bool
-    token_claims: list[str]
-
-
-class ClientInfo(TypedDict):
-    """A client just registered: its RFC 7591 §3.2.1 information, the secret shown once (for a
-    confidential client) and its registered metadata (members left out when absent)."""
-
-    client_id: str
-    client_id_issued_at: int
-    client_secret: NotRequired[str]
-    client_secret_expires_at: NotRequired[int]
-    registration_client_uri: str
-    redirect_uris: list[str]
-    grant_types: list[str]
-    response_types: list[str]
-    token_endpoint_auth_method: str
-    application_type: str
-    client_name: NotRequired[str]
-    scope: NotRequired[str]
-    jwks: NotRequired[dict[str, Any]]
-    jwks_uri: NotRequired[str]
-
-
-class ClientListing(TypedDict):
-    """A client as listed: where it came from (``admin``, ``dcr`` or ``cimd``) and how it
-    authenticates, where it may be redirected, what it may do."""
-
-    client_id: str
-    client_name: str
-    source: str
-    token_endpoint_auth_method: str
-    redirect_uris: list[str]
-    grant_types: list[str]
-    first_party: bool
-    introspect: bool
-
-
-KeyState = Literal["next", "active", "retired", "expired"]
-
-
-class KeyInfo(TypedDict):
-    """A signing key and where it is in its rotation (times in seconds since the epoch)."""
-
-    kid: str
-    alg: str
-    state: KeyState
-    created_at: int
-    active_at: int
-    retired_at: int | None
-    expires_at: int | None
-
-
-class RotatedKey(TypedDict):
-    """The key a rotation made next: it signs from ``active_at``."""
-
-    kid: str
-    alg: str
-    active_at: int
-
-
-class UpstreamInfo(TypedDict):
-    """An upstream identity provider as configured: where its secret comes from and whether it
-    can be read, the redirect URI to register there, how many people signed in through it, the
-    endpoints of a provider without discovery and, when checked, whether it is reachable."""
-
-    id: str
-    name: str
-    kind: str
-    issuer: str
-    client_id: str
-    client_secret: str
-    client_secret_readable: bool
-    token_endpoint_auth_method: str
-    scopes: list[str]
-    allowed_email_domains: list[str]
-    required_claims: dict[str, list[str]]
-    redirect_uri: str
-    authorization_endpoint: NotRequired[str | None]
-    token_endpoint: NotRequired[str | None]
-    userinfo_endpoint: NotRequired[str | None]
-    accounts: int
-    reachable: NotRequired[str]
 
 
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
