@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from mcpauth import jwt
 from mcpauth.dpop import make_proof
+from tests.proxy.test_stdio_limits import INITIALIZE
+from tests.proxy.test_stdio_limits import MCP_HEADERS as ACCEPT
 
-from ..test_stdio_limits import INITIALIZE
-from ..test_stdio_limits import MCP_HEADERS as ACCEPT
 from .conftest import Process
 from .test_dpop_end_to_end import identity_through
 from .test_sdk_end_to_end import mint
