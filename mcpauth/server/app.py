@@ -37,7 +37,7 @@ from mcpauth.server.storage.database import DatabaseError, Engine, make_engine
 from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
-from mcpauth.server.tokens import introspection, revocation
+from mcpauth.server.tokens import introspection, revocation, userinfo
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -155,6 +155,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
         Route(f"{base}/revoke", cors(revocation.revoke), methods=["POST", "OPTIONS"]),
         Route(f"{base}/introspect", introspection.introspect, methods=["POST"]),
+        Route(f"{base}/userinfo", cors(userinfo.userinfo), methods=["GET", "POST", "OPTIONS"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
         Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
         Route(
