@@ -82,6 +82,7 @@ def _middleware(
         "/token": Rate(settings.rate_limit_token),
         "/revoke": Rate(settings.rate_limit_token),
         "/introspect": Rate(settings.rate_limit_token),
+        "/userinfo": Rate(settings.rate_limit_token),
         "/authorize": Rate(settings.rate_limit_authorize),
         "/register": Rate(settings.rate_limit_register),
         "/login": Rate(settings.rate_limit_login),

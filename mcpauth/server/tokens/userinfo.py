@@ -18,7 +18,7 @@ from mcpauth import dpop
 from mcpauth.errors import InsufficientScope, InvalidDPoPProof, InvalidToken, OAuthError
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.context import ServerContext, get_context
-from mcpauth.server.http_io import ALLOW_ANY_ORIGIN, NO_STORE, error_response, json_response
+from mcpauth.server.http_io import ALLOW_ANY_ORIGIN, NO_STORE, json_response
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.threads import run_blocking
@@ -117,5 +117,9 @@ async def userinfo(request: Request) -> Response:
             )
         if not error.description:
             return Response(status_code=401, headers={**NO_STORE, **ALLOW_ANY_ORIGIN, **headers})
-        return error_response(error, headers={**ALLOW_ANY_ORIGIN, **headers})
+        # RFC 6750 §3.1, RFC 9449 §7.1: a protected resource answers a bad proof with 401
+        status = 403 if isinstance(error, InsufficientScope) else 401
+        return json_response(
+            error.to_dict(), status, headers={**NO_STORE, **ALLOW_ANY_ORIGIN, **headers}
+        )
     return json_response(body, headers={**NO_STORE, **ALLOW_ANY_ORIGIN})
