@@ -11,8 +11,7 @@ from starlette.responses import Response
 from mcpauth import dpop
 from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
-from mcpauth.oauth import TOKEN_EXCHANGE
-from mcpauth.server.authorization.checks import IDENTITY_SCOPES
+from mcpauth.oauth import IDENTITY_SCOPES, TOKEN_EXCHANGE
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.config import Settings

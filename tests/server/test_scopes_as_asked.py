@@ -249,3 +249,13 @@ async def test_the_resource_scopes_of_the_server_itself_cannot_be_registered(
 ) -> None:
     with pytest.raises(admin.AdminError, match="scope of the authorization server"):
         admin.add_resource(seeded.state.mcpauth, "http://127.0.0.1:8003/mcp", scopes=["email"])
+
+
+async def test_a_registration_scope_copied_from_scopes_supported_is_accepted(
+    http: httpx.AsyncClient, seeded: Starlette
+) -> None:
+    # LibreChat, mcp-remote and others register with the server's scopes_supported, which
+    # lists the OpenID scopes now
+    meta = (await http.get("/.well-known/oauth-authorization-server")).json()
+    client = await register_public_client(http, scope=" ".join(meta["scopes_supported"]))
+    assert set(client["scope"].split()) == set(meta["scopes_supported"])

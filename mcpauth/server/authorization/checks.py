@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
-from mcpauth.oauth import SCOPE_TOKEN, s256
+from mcpauth.oauth import IDENTITY_SCOPES, OFFLINE_ACCESS, SCOPE_TOKEN, s256
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
@@ -18,10 +18,8 @@ from mcpauth.uris import URIError, canonical_resource
 S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # RFC 7636 §4.1: code_verifier = 43*128unreserved
 CODE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
-OFFLINE_ACCESS = "offline_access"
 # OpenID Connect Core §5.4: who the person is, answered with an ID token and userinfo
 OPENID = "openid"
-IDENTITY_SCOPES = (OPENID, "profile", "email")
 # scopes of the authorization server itself, never a resource's
 RESERVED_SCOPES = frozenset({OFFLINE_ACCESS, *IDENTITY_SCOPES})
 _THUMBPRINT = re.compile(r"[A-Za-z0-9_-]{43}")

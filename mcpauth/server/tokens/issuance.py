@@ -10,7 +10,7 @@ from typing import Any
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof
-from mcpauth.server.authorization.checks import IDENTITY_SCOPES
+from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store, identities
