@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mcpauth.errors import ConfigurationError, OAuthError
+from mcpauth.server.authorization.checks import RESERVED_SCOPES
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
@@ -73,6 +74,8 @@ def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
         name = name.strip()
         if not name or " " in name or '"' in name or "\\" in name:
             raise AdminError(f"invalid scope {value!r}")
+        if name in RESERVED_SCOPES:
+            raise AdminError(f"{name} is a scope of the authorization server, not of a resource")
         scopes[name] = description.strip()
     return scopes
 
@@ -198,7 +201,7 @@ def add_client(
     if exchange_to:
         raw["exchange_to"] = list(exchange_to)
     with ctx.db.read() as session:
-        known = set(lookups.all_scopes(session)) | {"offline_access"}
+        known = set(lookups.all_scopes(session)) | RESERVED_SCOPES
     try:
         validated = validate_client_metadata(
             raw, known_scopes=known, auth_methods=records.AUTH_METHODS, admin=True

@@ -37,7 +37,7 @@ from mcpauth.server.storage.database import DatabaseError, Engine, make_engine
 from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
-from mcpauth.server.tokens import introspection, revocation
+from mcpauth.server.tokens import introspection, revocation, userinfo
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -82,6 +82,7 @@ def _middleware(
         "/token": Rate(settings.rate_limit_token),
         "/revoke": Rate(settings.rate_limit_token),
         "/introspect": Rate(settings.rate_limit_token),
+        "/userinfo": Rate(settings.rate_limit_token),
         "/authorize": Rate(settings.rate_limit_authorize),
         "/register": Rate(settings.rate_limit_register),
         "/login": Rate(settings.rate_limit_login),
@@ -155,6 +156,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
         Route(f"{base}/revoke", cors(revocation.revoke), methods=["POST", "OPTIONS"]),
         Route(f"{base}/introspect", introspection.introspect, methods=["POST"]),
+        Route(f"{base}/userinfo", cors(userinfo.userinfo), methods=["GET", "POST", "OPTIONS"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
         Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
         Route(

@@ -18,7 +18,7 @@ from mcpauth.server.authorization.outcomes import (
     see_other,
 )
 from mcpauth.server.browser import csrf
-from mcpauth.server.browser.display import ClientView, client_view, redirect_view
+from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
 from mcpauth.server.browser.login import refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
@@ -153,7 +153,11 @@ def _consent_page(
         resource=req.resource,
         resource_name=(resource.name if resource and resource.name else req.resource),
         scopes=[
-            {"name": s, "description": descriptions.get(s, ""), "new": bool(granted) and s in new}
+            {
+                "name": s,
+                "description": scope_words(s, descriptions),
+                "new": bool(granted) and s in new,
+            }
             for s in req.scopes
         ],
         step_up=bool(granted) and bool(new) and req.prompt != "consent",

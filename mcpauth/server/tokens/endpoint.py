@@ -163,7 +163,7 @@ def _answer_from_memory(
 
     Raises:
         OAuthError: the request is refused for a reason that needs no I/O to decide
-            (an unknown scope or resource, say).
+            (a scope the client may not have or an unknown resource, say).
     """
     if form.get("grant_type") != client_credentials.GRANT or credentials is None:
         return None

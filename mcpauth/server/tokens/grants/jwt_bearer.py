@@ -116,7 +116,10 @@ def issue(
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
-    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    # a token for the person the IdP names, without a refresh token or an ID token
+    scopes = checks.resolve_scopes(
+        requested, resource, client, offline_enabled=False, openid=False
+    ).resource
     username = local_username(str(claims["iss"]), str(claims["sub"]))
     with ctx.db.write() as session:
         if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):
