@@ -1,10 +1,12 @@
 """The jwt-bearer grant with an Identity Assertion JWT Authorization Grant (ID-JAG), the
 enterprise-managed authorization extension (MCP AS-X2; RFC 7521 §5.2, RFC 7523 §3): the
 identity provider vouches for a user, this server issues an access token for that user. An
-assertion from a configured workload issuer goes to :mod:`.workload` instead."""
+assertion from a configured workload issuer goes to :mod:`.workload` instead. The issuer's keys
+are loaded first, on the event loop (:func:`load_keys`), never in the request's worker thread."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jwt as pyjwt
@@ -14,6 +16,7 @@ from mcpauth.errors import (
     InvalidGrant,
     InvalidRequest,
     InvalidTarget,
+    OAuthError,
     UnauthorizedClient,
 )
 from mcpauth.oauth import JWT_BEARER
@@ -39,6 +42,43 @@ from mcpauth.uris import URIError, canonical_resource
 GRANT = JWT_BEARER
 ID_JAG_TYPE = "oauth-id-jag+jwt"
 REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
+
+
+def _trusted_issuer(ctx: ServerContext, assertion: str) -> tuple[IdentityProviders, str, Any]:
+    """Whose keys an assertion needs, unverified (the routing :func:`issue` does): the set of
+    issuers it would be checked against, its ``iss`` and its header's ``kid``.
+
+    Raises:
+        OAuthError: the assertion is not a JWT.
+    """
+    header = jwt.unverified_header(assertion)
+    typ = str(header.get("typ", "")).lower()
+    try:
+        issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
+    except pyjwt.PyJWTError as exc:
+        raise InvalidGrant("The assertion is malformed") from exc
+    workload_token = typ != ID_JAG_TYPE and workload.is_workload_token(ctx.settings, assertion)
+    issuers = ctx.workload_keys if workload_token else ctx.idps
+    return issuers, issuer if isinstance(issuer, str) else "", header.get("kid")
+
+
+async def load_keys(ctx: ServerContext, form: Mapping[str, str], requester: str) -> None:
+    """Load the keys of the trusted issuer the request's assertion names, on the event loop
+    before the request's worker thread runs (which then reads them from memory): a fetch that
+    stalls holds no thread and no database work waits on the network. Nothing to do for an
+    assertion that is missing, malformed or from an untrusted issuer: :func:`issue` refuses it.
+
+    Raises:
+        TemporarilyUnavailable: the issuer's keys cannot be loaded now.
+    """
+    assertion = form.get("assertion")
+    if not assertion:
+        return
+    try:
+        issuers, issuer, kid = _trusted_issuer(ctx, assertion)
+    except OAuthError:
+        return
+    await issuers.load(issuer, kid=kid if isinstance(kid, str) else None, requester=requester)
 
 
 def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
