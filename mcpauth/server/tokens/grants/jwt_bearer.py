@@ -44,22 +44,27 @@ ID_JAG_TYPE = "oauth-id-jag+jwt"
 REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
 
 
-def _trusted_issuer(ctx: ServerContext, assertion: str) -> tuple[IdentityProviders, str, Any]:
-    """Whose keys an assertion needs, unverified (the routing :func:`issue` does): the set of
-    issuers it would be checked against, its ``iss`` and its header's ``kid``.
-
-    Raises:
-        OAuthError: the assertion is not a JWT.
-    """
-    header = jwt.unverified_header(assertion)
-    typ = str(header.get("typ", "")).lower()
+def _keys_needed(
+    ctx: ServerContext, assertion: str
+) -> tuple[IdentityProviders, str, str | None] | None:
+    """Whose keys :func:`issue` will check ``assertion`` with, by the same unverified routing:
+    the issuers (workload platforms or identity providers), its ``iss`` and its ``kid``; None
+    when it will be refused before any key is needed (not a JWT, no ``iss``, neither a
+    workload token nor an ID-JAG)."""
     try:
+        header = jwt.unverified_header(assertion)
         issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
-    except pyjwt.PyJWTError as exc:
-        raise InvalidGrant("The assertion is malformed") from exc
-    workload_token = typ != ID_JAG_TYPE and workload.is_workload_token(ctx.settings, assertion)
-    issuers = ctx.workload_keys if workload_token else ctx.idps
-    return issuers, issuer if isinstance(issuer, str) else "", header.get("kid")
+    except (OAuthError, pyjwt.PyJWTError):
+        return None
+    if not isinstance(issuer, str):
+        return None
+    kid = header.get("kid")
+    kid = kid if isinstance(kid, str) else None
+    if str(header.get("typ", "")).lower() == ID_JAG_TYPE:
+        return ctx.idps, issuer, kid
+    if workload.is_workload_token(ctx.settings, assertion):
+        return ctx.workload_keys, issuer, kid
+    return None
 
 
 async def load_keys(ctx: ServerContext, form: Mapping[str, str], requester: str) -> None:
@@ -71,14 +76,10 @@ async def load_keys(ctx: ServerContext, form: Mapping[str, str], requester: str)
     Raises:
         TemporarilyUnavailable: the issuer's keys cannot be loaded now.
     """
-    assertion = form.get("assertion")
-    if not assertion:
-        return
-    try:
-        issuers, issuer, kid = _trusted_issuer(ctx, assertion)
-    except OAuthError:
-        return
-    await issuers.load(issuer, kid=kid if isinstance(kid, str) else None, requester=requester)
+    needed = _keys_needed(ctx, form.get("assertion") or "")
+    if needed is not None:
+        issuers, issuer, kid = needed
+        await issuers.load(issuer, kid=kid, requester=requester)
 
 
 def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
