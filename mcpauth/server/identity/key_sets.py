@@ -57,7 +57,8 @@ class Fetched(Protocol):
 
 class Gate(Protocol):
     """What fetches the keys: the server's ``FetchGate`` for key sets (single flight per URL,
-    caps; it raises ``FetchError`` or ``FetchDeclined``)."""
+    caps; it raises ``FetchError`` or ``FetchDeclined``). Another fetcher of this shape (the
+    upstream providers' client on the same outbound route, say) can stand in for it."""
 
     async def fetch(self, url: str, address: str) -> Fetched: ...
 
