@@ -136,7 +136,7 @@ class Settings(BaseModel):
     """The largest metadata document read."""
     trusted_idps: dict[str, str] = Field(default_factory=dict)
     """Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer
-    grant accepts, issuer → JWKS URL or inline JWKS (JSON in the environment)."""
+    grant accepts, issuer → https JWKS URL or inline JWKS (JSON in the environment)."""
     rate_limit_token: int = Field(default=3000, ge=0)
     """Token, revocation and introspection requests per minute per address (0: off); shared by
     every replica."""

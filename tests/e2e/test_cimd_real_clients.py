@@ -25,6 +25,7 @@ from mcpauth.server.clients.metadata_documents import (
 )
 from mcpauth.server.clients.ssrf import FetchError
 from mcpauth.server.config import UpstreamProvider
+from mcpauth.server.context import trusted_key_sets
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.outbound import outbound_for
@@ -378,10 +379,19 @@ def test_t21_the_allow_list_lets_a_local_host_through_the_proxy(
     assert proxy.tunnels == ["localhost:443"]
 
 
-def test_trusted_issuers_keys_come_through_the_proxy(
-    proxied: Settings, proxy: ForwardProxy
+@pytest.mark.anyio
+async def test_trusted_issuers_keys_come_through_the_proxy(
+    make_settings: Callable[..., Settings], proxy: ForwardProxy
 ) -> None:
-    issuers = IdentityProviders({IDP: f"{IDP}/jwks.json"}, outbound=outbound_for(proxied))
+    settings = make_settings(
+        outbound_proxy=proxy.url,
+        outbound_ca_file=str(proxy.ca_file),
+        trusted_idps={IDP: f"{IDP}/jwks.json"},
+    )
+    issuers = IdentityProviders(
+        settings.trusted_idps, trusted_key_sets(settings, outbound_for(settings))
+    )
+    await issuers.load(IDP, kid="idp-1", requester="192.0.2.1")
     assert list(issuers.keys(IDP)) == ["idp-1"]
     assert proxy.served == [f"{IDP}/jwks.json"]
 
