@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -70,3 +71,9 @@ def opener_trips(log: Path, count: int, timeout: float = 60.0) -> list[dict[str,
         if len(lines) >= count or time.monotonic() > deadline:
             return [json.loads(line) for line in lines]
         time.sleep(0.05)
+
+
+def banner_command(demo: Demo, program: str) -> list[str]:
+    """The arguments of the ``program`` command the demo's banner tells people to run."""
+    [line] = [line for line in demo.stderr.splitlines() if program in line]
+    return shlex.split(line.split(program, 1)[1])

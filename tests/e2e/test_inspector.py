@@ -30,7 +30,13 @@ from ..chromium import launch
 from ..support import ROOT, free_port, run_cli, running
 from . import test_demo
 from .chromium_opener import Person, Trip, query, watch
-from .npm_clients import browser_env, installed_peers, npm_command, opener_trips
+from .npm_clients import (
+    banner_command,
+    browser_env,
+    installed_peers,
+    npm_command,
+    opener_trips,
+)
 from .test_demo import Demo, demo_password, demo_user_id
 
 pytestmark = [pytest.mark.e2e]
@@ -140,8 +146,8 @@ def test_the_inspector_web_ui_signs_in_on_connect_calls_whoami_and_steps_up_for_
 ) -> None:
     user_id = demo_user_id(demo)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    # the command the demo's banner prints
-    args = ["--transport", "http", "--server-url", demo.resource]
+    args = banner_command(demo, "npx @modelcontextprotocol/inspector")
+    assert args == ["--transport", "http", "--server-url", demo.resource]
     with inspector_web(tmp_path, *args) as inspector, person_at(demo) as person:
         page = person.context.new_page()
         page.set_default_timeout(TIMEOUT_MS)

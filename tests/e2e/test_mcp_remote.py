@@ -24,7 +24,13 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from ..support import free_port
 from . import test_demo
 from .chromium_opener import query
-from .npm_clients import browser_env, installed_peers, npm_command, opener_trips
+from .npm_clients import (
+    banner_command,
+    browser_env,
+    installed_peers,
+    npm_command,
+    opener_trips,
+)
 from .test_demo import Demo, demo_user_id
 from .test_sdk_oauth_client import claims, text
 
@@ -84,7 +90,8 @@ def bridge(demo: Demo, tmp_path: Path) -> Bridge:
     config = tmp_path / "mcp-remote"
     env["MCP_REMOTE_CONFIG_DIR"] = str(config)
     # an explicit callback port, as the README allows, so that parallel runs never share one
-    command = [*npm_command(peers, "mcp-remote"), demo.resource, str(free_port())]
+    [url] = banner_command(demo, "npx mcp-remote")  # what the demo's banner tells people to run
+    command = [*npm_command(peers, "mcp-remote"), url, str(free_port())]
     command += ["--auth-timeout", "60"]
     return Bridge(command, env, config, log, tmp_path)
 
