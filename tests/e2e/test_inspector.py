@@ -100,16 +100,22 @@ def person_at(demo: Demo) -> Iterator[Person]:
 def connect_and_sign_in(page: Any, person: Person, demo: Demo, inspector: Inspector) -> Trip:
     """Switch the only server on; the Inspector sends the tab to the authorization server; sign
     in and consent there until the tab is back at the Inspector's callback."""
-    authorizations: list[str] = []
+    authorizations = authorization_requests(page, demo)
+    switch_on(page, "Connect or disconnect")
+    return follow_to_callback(page, person, demo, inspector, authorizations)
+
+
+def authorization_requests(page: Any, demo: Demo) -> list[str]:
+    """Every authorization request ``page`` sends from now on, in order (the Inspector sends the
+    tab there itself, so the test reads the request's parameters from the wire)."""
+    sent: list[str] = []
     page.on(
         "request",
         lambda request: (
-            request.url.startswith(f"{demo.issuer}/authorize?")
-            and authorizations.append(request.url)
+            request.url.startswith(f"{demo.issuer}/authorize?") and sent.append(request.url)
         ),
     )
-    switch_on(page, "Connect or disconnect")
-    return follow_to_callback(page, person, demo, inspector, authorizations)
+    return sent
 
 
 def follow_to_callback(
@@ -166,14 +172,7 @@ def test_the_inspector_web_ui_signs_in_on_connect_calls_whoami_and_steps_up_for_
         dialog = page.get_by_role("dialog", name="Additional permissions required")
         asked = dialog.inner_text()
         page.screenshot(path=SCREENSHOTS / "inspector-step-up.png", animations="disabled")
-        authorizations: list[str] = []
-        page.on(
-            "request",
-            lambda request: (
-                request.url.startswith(f"{demo.issuer}/authorize?")
-                and authorizations.append(request.url)
-            ),
-        )
+        authorizations = authorization_requests(page, demo)
         dialog.get_by_role("button", name="Authorize").click()
         step_up = follow_to_callback(page, person, demo, inspector, authorizations)
         page.get_by_text("Tools", exact=True).first.click()
@@ -219,14 +218,7 @@ def test_the_inspector_web_ui_adds_a_streamable_http_server_by_hand_and_signs_in
         dialog.get_by_label("URL").fill(demo.resource)
         page.screenshot(path=SCREENSHOTS / "inspector-add-server.png")
         dialog.get_by_role("button", name="Add").click()
-        authorizations: list[str] = []
-        page.on(
-            "request",
-            lambda request: (
-                request.url.startswith(f"{demo.issuer}/authorize?")
-                and authorizations.append(request.url)
-            ),
-        )
+        authorizations = authorization_requests(page, demo)
         switch_on(page, 'Connect or disconnect "mcpauth-demo"')
         trip = follow_to_callback(page, person, demo, inspector, authorizations)
         page.get_by_text("Tools", exact=True).first.click()
