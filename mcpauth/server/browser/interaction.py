@@ -101,13 +101,16 @@ def _needs_consent(
     return urlsplit(consent.redirect_uri).netloc != urlsplit(req.redirect_uri).netloc
 
 
-def client_view_of(client: Client) -> ClientView:
+def client_view_of(client: Client, redirect_uri: str | None = None) -> ClientView:
+    """How a person is shown ``client``; a self-registered one by the host of ``redirect_uri``
+    when one is being used (the consent page), not by the first it registered: a client that
+    registered a loopback URI first must not be shown as "localhost" while the code goes to
+    ``cursor://``."""
+    uris = client.redirect_uris
+    if redirect_uri is not None:
+        uris = [redirect_uri, *(u for u in uris if u != redirect_uri)]
     return client_view(
-        client.client_id,
-        client.client_name,
-        client.source,
-        client.redirect_uris,
-        client.client_metadata,
+        client.client_id, client.client_name, client.source, uris, client.client_metadata
     )
 
 
@@ -143,7 +146,7 @@ def _consent_page(
     shared = [words for claim, words in _SHARED.items() if claim in claims]
     if "email_verified" in claims and "email" not in claims:
         shared[shared.index(_SHARED["email_verified"])] = "whether your email address is verified"
-    view = client_view_of(client)
+    view = client_view_of(client, req.redirect_uri)
     new = [s for s in req.scopes if s not in granted]
     return render(
         "consent.html",
