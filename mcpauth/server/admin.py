@@ -29,12 +29,18 @@ class AdminError(ConfigurationError):
 
 
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
-    """A context on the configured database (upgrading an embedded SQLite one)."""
+    """A context on the configured database, its schema as :func:`migrate.ensure_schema`
+    says (an embedded SQLite one upgraded unless ``upgrade`` is false).
+
+    Raises:
+        AdminError: the schema is behind and is not upgraded here.
+    """
     engine = make_engine(settings.database_url)
-    if upgrade and engine.dialect.name == "sqlite":
-        migrate.upgrade(engine)
-    elif not migrate.is_current(engine):
-        raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
+    try:
+        migrate.ensure_schema(engine, upgrades="embedded" if upgrade else "never")
+    except ConfigurationError as exc:
+        engine.dispose()
+        raise AdminError(str(exc)) from exc
     return build_context(settings, engine)
 
 

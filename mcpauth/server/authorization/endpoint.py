@@ -17,7 +17,7 @@ from mcpauth.errors import (
     UnsupportedResponseType,
 )
 from mcpauth.server.authorization import checks
-from mcpauth.server.authorization.outcomes import AuthorizationRequest, error_redirect, see_other
+from mcpauth.server.browser.outcomes import AuthorizationRequest, error_redirect, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
 from mcpauth.server.clients.directory import requests_from

@@ -10,16 +10,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import AccessDenied, OAuthError
-from mcpauth.server.authorization.outcomes import (
+from mcpauth.server.browser import csrf
+from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
+from mcpauth.server.browser.login import refuse_cross_site
+from mcpauth.server.browser.outcomes import (
     AuthorizationRequest,
     code_redirect,
     error_redirect,
     issue_code,
     see_other,
 )
-from mcpauth.server.browser import csrf
-from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
-from mcpauth.server.browser.login import refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
