@@ -208,6 +208,7 @@ async def test_a_database_filled_at_revision_0001_upgrades_to_head_without_losin
         issuer=ISSUER,
         database_url=empty_engine.url.render_as_string(hide_password=False),
         secret_key=TEST_SECRET,
+        refresh_token_reuse_grace=0,  # strict single use: the replay below revokes the grant
     )
     app = create_app(settings, engine=empty_engine)
     transport = httpx.ASGITransport(app=app)
