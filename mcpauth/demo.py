@@ -139,8 +139,9 @@ Add a user to the demo's database (the admin commands take the same --database):
 Connect a real MCP client:
   Claude Code:      claude mcp add --transport http mcpauth-demo {resource}
                     then /mcp in Claude Code, choose mcpauth-demo, and sign in
-  MCP Inspector:    npx @modelcontextprotocol/inspector
-                    transport "Streamable HTTP", URL {resource}, then "Open Auth Settings"
+  MCP Inspector:    npx @modelcontextprotocol/inspector --transport http --server-url {resource}
+                    then switch the server on (Connect) and sign in; Tools, whoami, Execute Tool
+  stdio-only apps:  npx mcp-remote {resource}
   A script:         {command} login {resource}  &&  {command} token {resource}
 
 The tool reset_counter needs the mcp:admin scope: calling it triggers a step-up.

@@ -3,6 +3,7 @@
     MCPAuthError
     ├── ConfigurationError            bad settings, refused at start-up
     ├── FetchError                    a remote document could not be fetched (not sent as is)
+    ├── FetchDeclined                 not fetched now: a cap on fetches is reached
     └── OAuthError                    carries an RFC error code, an HTTP status and a description
         ├── InvalidRequest            RFC 6749 §4.1.2.1 / §5.2
         │   └── PayloadTooLarge       413: a body past the limit, refused unread
@@ -99,6 +100,15 @@ class FetchError(MCPAuthError):
     could not be fetched, or its response was refused. ``message`` says which rule and may name
     the URL: it is for logs and for whoever configured that URL. Each part decides what its own
     caller is told (the middleware answers 503 without it, the server ``invalid_client``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class FetchDeclined(MCPAuthError):
+    """Not fetched now because a limit is reached; the message says which, in terms safe to
+    show to anyone (nothing about the host)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -49,7 +49,11 @@ class AuthorizationServerMetadata(_Document):
     code_challenge_methods_supported: list[str] | None = None
     authorization_response_iss_parameter_supported: bool | None = None  # RFC 9207 §3
     client_id_metadata_document_supported: bool | None = None  # CIMD draft
-    subject_types_supported: list[str] | None = None  # OpenID Connect discovery
+    # OpenID Connect Discovery 1.0 §3
+    userinfo_endpoint: str | None = None
+    subject_types_supported: list[str] | None = None
+    id_token_signing_alg_values_supported: list[str] | None = None
+    claims_supported: list[str] | None = None
 
 
 class ProtectedResourceMetadata(_Document):

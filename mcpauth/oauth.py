@@ -2,7 +2,7 @@
 written once here and imported (the same rule in two places drifts).
 
 - PKCE S256 (RFC 7636 §4.2), HTTP Basic client credentials both ways (RFC 6749 §2.3.1),
-- the scope-token grammar (RFC 6749 §3.3),
+- the scope-token grammar (RFC 6749 §3.3) and the scopes of the authorization server itself,
 - the names of client authentication methods, grant types and assertion types,
 - the constant-time comparison of two secrets of any text.
 """
@@ -19,7 +19,9 @@ from urllib.parse import quote, unquote_plus
 __all__ = [
     "AUTH_METHODS",
     "CLIENT_ASSERTION_TYPE",
+    "IDENTITY_SCOPES",
     "JWT_BEARER",
+    "OFFLINE_ACCESS",
     "OUTSIDE_ERROR_TEXT",
     "SCOPE_TOKEN",
     "SECRET_METHODS",
@@ -37,6 +39,8 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693 §2.1
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"  # RFC 7523 §2.2
 SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
+OFFLINE_ACCESS = "offline_access"  # OpenID Connect Core §11: a refresh token
+IDENTITY_SCOPES = ("openid", "profile", "email")  # OpenID Connect Core §5.4
 # Characters outside what error, error_description and WWW-Authenticate quoted values may hold
 # (RFC 6749 §5.2: %x20-21 / %x23-5B / %x5D-7E; no quote, no backslash).
 OUTSIDE_ERROR_TEXT = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")

@@ -11,6 +11,8 @@ PACKAGES=(
     "axe-core@4.14.1"                      # accessibility audit injected into every page
     "@modelcontextprotocol/client@2.4.0"   # the official TypeScript SDK client
     "oidc-provider@9.13.3"                 # the upstream OpenID provider of the sign-in tests
+    "mcp-remote@0.15.1"                    # the stdio-to-HTTP bridge people put in their clients
+    "@modelcontextprotocol/inspector@2.12.0"  # the MCP Inspector: web UI and CLI
 )
 
 log() { printf '%s\n' "$*" >&2; }

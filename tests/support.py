@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def ensure_npm_peers() -> Path:
     """Node 22 and the pinned npm packages the tests use (axe-core, the TypeScript SDK client,
-    oidc-provider), installed by scripts/ensure-npm-peers.sh when missing: the folder whose
-    node_modules holds them."""
+    oidc-provider, mcp-remote, the MCP Inspector), installed by scripts/ensure-npm-peers.sh
+    when missing: the folder whose node_modules holds them. A failed install fails the test."""
     installed = subprocess.run(
         ["bash", str(ROOT / "scripts" / "ensure-npm-peers.sh")],
         capture_output=True,

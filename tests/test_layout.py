@@ -1,6 +1,7 @@
 """The shape of the package (docs/architecture.md): every module opens with a docstring that
 says what it holds, no module shadows the standard library, no two server modules have
-look-alike names, and the architecture document names every server module."""
+look-alike names, the architecture document names every server module, no module imports
+itself through others (no import cycles), and the server's domains depend one way."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ ALLOWED = {
     "operations": {"storage"},
     "identity": {"storage", "operations"},
     "clients": {"storage", "operations", "identity"},
+    "browser": {"storage", "operations", "identity", "clients"},
     "authorization": {"storage", "operations", "identity", "clients", "browser"},
-    "browser": {"storage", "operations", "identity", "clients", "authorization"},
     "tokens": {"storage", "operations", "identity", "clients", "authorization"},
 }
 
@@ -231,3 +232,137 @@ def test_the_parts_depend_one_way(part: str) -> None:
 @pytest.mark.parametrize("name", sorted(SHARED_MODULES))
 def test_the_shared_modules_import_no_part(name: str) -> None:
     assert not _mcpauth_imports(PACKAGE / f"{name}.py") & set(PARTS)
+
+
+# Import cycles. The graph has an edge for every import a module runs: at module level or
+# inside a function (a lazy import still ties the two modules together, it only defers the
+# cost). Imports under ``if TYPE_CHECKING:`` are left out: they never run, so they cannot
+# leave a module half-initialised, and they exist so that a function can name the type of a
+# value it is handed without depending on the code that makes it (``outbound.py`` names
+# ``config.Settings`` that way, and config imports outbound).
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported_names(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The dotted names ``node`` imports (``from a import b`` is ``a.b``, which may be a
+    module or a name in ``a``), relative imports resolved against ``package``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*parent, *([node.module] if node.module else [])])
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
+def _runtime_imports(source: str, name: str, is_package: bool) -> list[str]:
+    """The dotted names a module imports when it runs, in any function, but not under
+    ``if TYPE_CHECKING:``."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.extend(_imported_names(node, package))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the modules of the package it imports."""
+    paths = {_module_name(p): p for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for imported in _runtime_imports(path.read_text(), name, path.name == "__init__.py"):
+            while imported and imported not in paths:  # a name in a module: the module
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as the path that closes it (``[a, b, a]``), or ``None``."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target in on_path:
+                return [*path[path.index(target) :], target]
+            if target not in done and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        on_path.discard(node)
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    cycle = _find_cycle(_import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_rule_sees_what_it_forbids() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import sibling\n"
+        "import mcpauth.errors\n"
+        "if TYPE_CHECKING:\n"
+        "    from mcpauth.server.config import Settings\n"
+        "def f():\n"
+        "    from mcpauth.server.app import create_app\n"
+    )
+    imports = _runtime_imports(source, "mcpauth.server.outbound", is_package=False)
+    assert imports == [
+        "typing.TYPE_CHECKING",
+        "mcpauth.server.sibling",
+        "mcpauth.errors",
+        "mcpauth.server.app.create_app",
+    ]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_server_domains_import_each_other_without_cycles() -> None:
+    """Module by module there is no cycle (above); neither is there one between the domain
+    packages, whose modules could otherwise form a loop through each other's packages."""
+    graph = {
+        package: {
+            name
+            for path in (SERVER / package).rglob("*.py")
+            for name in _server_imports(path)
+            if name in ALLOWED and name != package
+        }
+        for package in ALLOWED
+    }
+    cycle = _find_cycle(graph)
+    assert cycle is None, "the server's domains import each other: " + " -> ".join(cycle or [])

@@ -22,6 +22,7 @@ from mcpauth.server.admin_results import (
     UserInfo,
     UserListing,
 )
+from mcpauth.server.authorization.checks import RESERVED_SCOPES
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
@@ -41,12 +42,18 @@ class AdminError(ConfigurationError):
 
 
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
-    """A context on the configured database (upgrading an embedded SQLite one)."""
+    """A context on the configured database, its schema as :func:`migrate.ensure_schema`
+    says (an embedded SQLite one upgraded unless ``upgrade`` is false).
+
+    Raises:
+        AdminError: the schema is behind and is not upgraded here.
+    """
     engine = make_engine(settings.database_url)
-    if upgrade and engine.dialect.name == "sqlite":
-        migrate.upgrade(engine)
-    elif not migrate.is_current(engine):
-        raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
+    try:
+        migrate.ensure_schema(engine, upgrades="embedded" if upgrade else "never")
+    except ConfigurationError as exc:
+        engine.dispose()
+        raise AdminError(str(exc)) from exc
     return build_context(settings, engine)
 
 
@@ -86,6 +93,8 @@ def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
         name = name.strip()
         if not name or " " in name or '"' in name or "\\" in name:
             raise AdminError(f"invalid scope {value!r}")
+        if name in RESERVED_SCOPES:
+            raise AdminError(f"{name} is a scope of the authorization server, not of a resource")
         scopes[name] = description.strip()
     return scopes
 
@@ -211,7 +220,7 @@ def add_client(
     if exchange_to:
         raw["exchange_to"] = list(exchange_to)
     with ctx.db.read() as session:
-        known = set(lookups.all_scopes(session)) | {"offline_access"}
+        known = set(lookups.all_scopes(session)) | RESERVED_SCOPES
     try:
         validated = validate_client_metadata(
             raw, known_scopes=known, auth_methods=records.AUTH_METHODS, admin=True

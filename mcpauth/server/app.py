@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from mcpauth.errors import ConfigurationError, InvalidRequest, ServerError
+from mcpauth.errors import InvalidRequest, ServerError
 from mcpauth.server import discovery
 from mcpauth.server.authorization import endpoint as authorize
 from mcpauth.server.browser import account, account_links, interaction, upstream_login
@@ -37,27 +37,10 @@ from mcpauth.server.storage.database import DatabaseError, Engine, make_engine
 from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
-from mcpauth.server.tokens import introspection, revocation
+from mcpauth.server.tokens import introspection, revocation, userinfo
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
-
-
-def ensure_schema(engine: Engine) -> None:
-    """Upgrade an embedded SQLite database; refuse a shared database that is behind.
-
-    Raises:
-        ConfigurationError: a non-SQLite database is not at the newest revision.
-    """
-    if migrate.is_current(engine):
-        return
-    if engine.dialect.name == "sqlite":
-        migrate.upgrade(engine)
-        return
-    raise ConfigurationError(
-        f"the database schema is at revision {migrate.current_revision(engine)!r} but this "
-        f"version needs {migrate.head_revision()!r}: run `mcpauth db upgrade` first"
-    )
 
 
 def _middleware(
@@ -82,6 +65,7 @@ def _middleware(
         "/token": Rate(settings.rate_limit_token),
         "/revoke": Rate(settings.rate_limit_token),
         "/introspect": Rate(settings.rate_limit_token),
+        "/userinfo": Rate(settings.rate_limit_token),
         "/authorize": Rate(settings.rate_limit_authorize),
         "/register": Rate(settings.rate_limit_register),
         "/login": Rate(settings.rate_limit_login),
@@ -155,6 +139,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/authorize", authorize.authorize, methods=["GET", "POST"]),
         Route(f"{base}/revoke", cors(revocation.revoke), methods=["POST", "OPTIONS"]),
         Route(f"{base}/introspect", introspection.introspect, methods=["POST"]),
+        Route(f"{base}/userinfo", cors(userinfo.userinfo), methods=["GET", "POST", "OPTIONS"]),
         Route(f"{base}/interaction/{{interaction_id}}", interaction.show, methods=["GET"]),
         Route(f"{base}/interaction/{{interaction_id}}/login", interaction.login, methods=["POST"]),
         Route(
@@ -289,7 +274,7 @@ def create_app(
     clock = clock or wall_clock
     own_engine = engine is None
     engine = engine or make_engine(settings.database_url)
-    ensure_schema(engine)
+    migrate.ensure_schema(engine)
     ctx = build_context(settings, engine, clock=clock, ssl_context=outbound_ssl_context)
     ctx.upstream.check_secrets()
     ctx.keys.ensure_key()

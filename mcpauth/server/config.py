@@ -117,7 +117,9 @@ class Settings(BaseModel):
     """Addresses whose `X-Forwarded-*` headers are believed (comma-separated in the
     environment)."""
     offline_access: bool = False
-    """Whether clients may ask for `offline_access`."""
+    """Offer the `offline_access` scope: listed in the metadata, shown on the consent page
+    and granted when asked for. Off, it is dropped from requests; either way a client
+    registered for the `refresh_token` grant gets refresh tokens."""
     dpop_nonce: bool = False
     """Require DPoP proofs at the token endpoint to carry a nonce this server issued (RFC 9449
     §8). Nonces need no storage: every replica with the same `secret_key` accepts the others',
@@ -134,7 +136,7 @@ class Settings(BaseModel):
     """The largest metadata document read."""
     trusted_idps: dict[str, str] = Field(default_factory=dict)
     """Enterprise-managed authorization: identity providers whose ID-JAGs the jwt-bearer
-    grant accepts, issuer → JWKS URL or inline JWKS (JSON in the environment)."""
+    grant accepts, issuer → https JWKS URL or inline JWKS (JSON in the environment)."""
     rate_limit_token: int = Field(default=3000, ge=0)
     """Token, revocation and introspection requests per minute per address (0: off); shared by
     every replica."""

@@ -13,12 +13,16 @@ from starlette.requests import Request
 from mcpauth.dpop import DPoPNonces
 from mcpauth.server.authorization.resources import ResourceCatalog
 from mcpauth.server.clients.directory import ClientDirectory
+from mcpauth.server.clients.fetch_admission import FetchGate, FetchLimits
+from mcpauth.server.clients.ssrf import SafeFetcher
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
+from mcpauth.server.identity import key_sets as key_set_rules
+from mcpauth.server.identity.key_sets import KeySets, is_inline, url_host
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
-from mcpauth.server.outbound import outbound_for
+from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
 from mcpauth.server.tokens.keys import KeyManager
 
@@ -37,6 +41,7 @@ class ServerContext:
     cookie_secret: bytes
     idps: IdentityProviders
     workload_keys: IdentityProviders  # the keys of the workload platforms' token issuers
+    key_sets: KeySets  # the one key cache both of them read
     clients: ClientDirectory
     upstream: UpstreamProviders
     resources: ResourceCatalog = field(init=False)
@@ -59,6 +64,28 @@ def get_context(request: Request) -> ServerContext:
     return cast(ServerContext, request.app.state.mcpauth)
 
 
+def trusted_key_sets(settings: Settings, outbound: Outbound) -> KeySets:
+    """The one key-set cache of the issuers trusted for assertions (``trusted_idps`` and the
+    workload rules), fetching through a gate of its own in front of the SSRF-safe fetcher on
+    the server's outbound route: https only, no redirects, one deadline, a body cap. The
+    configured hosts are allowed even at internal addresses (the operator chose them; no other
+    host is fetched with it). The cache backs off after a failure, so the gate remembers none:
+    it shares fetches and applies its caps.
+
+    Raises:
+        ConfigurationError: a key source is neither an inline JWKS nor an https URL.
+    """
+    sources = [*settings.trusted_idps.values(), *(w.jwks for w in settings.workloads)]
+    fetcher = SafeFetcher(
+        allow_hosts={url_host(source) for source in sources if not is_inline(source)},
+        timeout=key_set_rules.FETCH_TIMEOUT,
+        max_bytes=key_set_rules.MAX_BYTES,
+        ssl_context=outbound.ssl_context,
+        proxy=outbound.proxy,
+    )
+    return KeySets(sources, FetchGate(fetcher, FetchLimits(failure_ttl=0.0)))
+
+
 def build_context(
     settings: Settings,
     engine: Engine,
@@ -69,7 +96,8 @@ def build_context(
     """Everything an endpoint or admin command needs, on ``engine``.
 
     Raises:
-        ConfigurationError: no usable server secret.
+        ConfigurationError: no usable server secret; a trusted issuer's keys are neither an
+            inline JWKS nor an https URL.
     """
     secret = resolve_server_secret(settings.secret_key, sqlite_file(settings.database_url))
     # one route (proxy, trust store) for every fetch: documents, key sets, upstream providers
@@ -83,6 +111,7 @@ def build_context(
         rotation_delay=settings.key_rotation_delay,
         clock=clock,
     )
+    key_sets = trusted_key_sets(settings, outbound)
     return ServerContext(
         settings=settings,
         db=db,
@@ -90,10 +119,9 @@ def build_context(
         clock=clock,
         # bound to the issuer: issuers sharing a secret reject each other's cookies
         cookie_secret=derive_key(secret, f"mcpauth cookies {settings.issuer}"),
-        idps=IdentityProviders(settings.trusted_idps, outbound=outbound),
-        workload_keys=IdentityProviders(
-            {w.issuer: w.jwks for w in settings.workloads}, outbound=outbound
-        ),
+        idps=IdentityProviders(settings.trusted_idps, key_sets),
+        workload_keys=IdentityProviders({w.issuer: w.jwks for w in settings.workloads}, key_sets),
+        key_sets=key_sets,
         clients=ClientDirectory(settings, outbound=outbound),
         upstream=UpstreamProviders(
             settings.upstream,

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from mcpauth import dpop
 from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
-from mcpauth.oauth import TOKEN_EXCHANGE
+from mcpauth.oauth import IDENTITY_SCOPES, TOKEN_EXCHANGE
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.config import Settings
@@ -22,13 +22,16 @@ from mcpauth.server.storage.database import Database, DatabaseError
 from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants.jwt_bearer import GRANT as JWT_BEARER
+from mcpauth.server.tokens.openid import CLAIMS_SUPPORTED, PERSON_CLAIMS_SUPPORTED
 
 GRANT_TYPES = ["authorization_code", "refresh_token", "client_credentials", TOKEN_EXCHANGE]
 
 
 def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
-    if settings.offline_access:
-        scopes = sorted({*scopes, "offline_access"})
+    """The metadata document; complete for OpenID Connect Discovery 1.0 §3 too (``openid`` is
+    answered with an ID token and UserInfo)."""
+    own = {*IDENTITY_SCOPES, *(["offline_access"] if settings.offline_access else [])}
+    scopes = sorted({*scopes, *own})
     document = AuthorizationServerMetadata(
         issuer=settings.issuer,
         authorization_endpoint=settings.endpoint_url("authorize"),
@@ -51,7 +54,10 @@ def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
         code_challenge_methods_supported=["S256"],
         authorization_response_iss_parameter_supported=True,
         client_id_metadata_document_supported=settings.cimd_enabled,
+        userinfo_endpoint=settings.endpoint_url("userinfo"),
         subject_types_supported=["public"],
+        id_token_signing_alg_values_supported=[settings.signing_alg],
+        claims_supported=[*CLAIMS_SUPPORTED, *PERSON_CLAIMS_SUPPORTED],
         dpop_signing_alg_values_supported=list(dpop.ALGORITHMS),
     )
     return document.to_json()

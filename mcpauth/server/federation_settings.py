@@ -318,7 +318,7 @@ class WorkloadRule(BaseModel):
     issuer: str = Field(min_length=1, max_length=255)
     """The platform's token issuer (`iss`), exactly."""
     jwks: str = Field(min_length=1)
-    """The issuer's keys: a JWKS URL, or the JWKS itself as JSON."""
+    """The issuer's keys: an https JWKS URL, or the JWKS itself as JSON."""
     subject: str = Field(min_length=1, max_length=255)
     """The token's `sub`, exactly, or a prefix ending in `*`
     (`system:serviceaccount:ci:*`)."""

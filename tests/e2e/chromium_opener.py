@@ -74,6 +74,13 @@ def _console(trip: Trip, message: Any) -> None:
         trip.console_errors.append(f"{message.text} ({message.location.get('url', '')})")
 
 
+def watch(page: Any, trip: Trip) -> None:
+    """Keep the console errors and failed requests of ``page`` in ``trip``."""
+    page.on("console", lambda message: _console(trip, message))
+    page.on("pageerror", lambda error: trip.console_errors.append(str(error)))
+    page.on("requestfailed", lambda r: trip.failed_requests.append(f"{r.method} {r.url}"))
+
+
 def _text(page: Any) -> str:
     main = page.locator("main")
     text = main.first.inner_text() if main.count() else page.locator("body").inner_text()
@@ -106,41 +113,43 @@ class Person:
         on the redirect URI named in ``url``; an error page instead is kept in ``Trip.error``."""
         trip = Trip(url=url, params=query(url))
         self.trips.append(trip)
-        redirect_uri = trip.params["redirect_uri"]
         page = self.context.new_page()
         page.set_default_timeout(self.timeout_ms)
-        page.on("console", lambda message: _console(trip, message))
-        page.on("pageerror", lambda error: trip.console_errors.append(str(error)))
-        page.on("requestfailed", lambda r: trip.failed_requests.append(f"{r.method} {r.url}"))
+        watch(page, trip)
         try:
             page.goto(url, wait_until="load")
-            for _ in range(4):
-                if page.url.startswith(redirect_uri):
-                    break
-                password = page.locator("input[name=password]")
-                decision = page.locator(f"button[name=action][value={action}]")
-                if password.count():
-                    trip.pages.append("login")
-                    form = page.locator("form", has=password)
-                    form.locator("input[name=username]").fill(self.username)
-                    password.fill(self.password)
-                    with page.expect_navigation(wait_until="commit"):
-                        form.locator("[type=submit]").first.click()
-                elif decision.count():
-                    trip.pages.append("consent")
-                    trip.consent_text = _text(page)
-                    with page.expect_navigation(wait_until="commit"):
-                        decision.click()
-                else:
-                    trip.error = _text(page)
-                    return trip
-                page.wait_for_load_state("domcontentloaded")
-            if not page.url.startswith(redirect_uri):
-                trip.error = f"still on {page.url}: {_text(page)}"
-            trip.landed = page.url
-            return trip
+            return self.answer(page, trip, trip.params["redirect_uri"], action)
         finally:
             page.close()
+
+    def answer(self, page: Any, trip: Trip, redirect_uri: str, action: str = "approve") -> Trip:
+        """On ``page``, already at the authorization server (a client's own tab sent it there):
+        sign in and answer the consent until the browser is at ``redirect_uri``."""
+        for _ in range(4):
+            if page.url.startswith(redirect_uri):
+                break
+            password = page.locator("input[name=password]")
+            decision = page.locator(f"button[name=action][value={action}]")
+            if password.count():
+                trip.pages.append("login")
+                form = page.locator("form", has=password)
+                form.locator("input[name=username]").fill(self.username)
+                password.fill(self.password)
+                with page.expect_navigation(wait_until="commit"):
+                    form.locator("[type=submit]").first.click()
+            elif decision.count():
+                trip.pages.append("consent")
+                trip.consent_text = _text(page)
+                with page.expect_navigation(wait_until="commit"):
+                    decision.click()
+            else:
+                trip.error = _text(page)
+                return trip
+            page.wait_for_load_state("domcontentloaded")
+        if not page.url.startswith(redirect_uri):
+            trip.error = f"still on {page.url}: {_text(page)}"
+        trip.landed = page.url
+        return trip
 
 
 class PersonThread:

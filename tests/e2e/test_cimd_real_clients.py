@@ -25,12 +25,13 @@ from mcpauth.server.clients.metadata_documents import (
 )
 from mcpauth.server.clients.ssrf import FetchError
 from mcpauth.server.config import UpstreamProvider
+from mcpauth.server.context import trusted_key_sets
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.outbound import outbound_for
 
 from ..conftest import ISSUER
-from ..oauth import authorization_params, follow, forms, pkce_pair, submit
+from ..oauth import authorization_params, follow, forms, pkce_pair, query, submit
 from ..support import free_port
 from .forward_proxy import ForwardProxy, forward_proxy, host_of
 
@@ -223,12 +224,13 @@ def _requests(name: str) -> list[str]:
 @pytest.mark.parametrize(
     ("name", "redirect_uri"), [(name, uri) for name in sorted(DOCUMENTS) for uri in _requests(name)]
 )
-async def test_an_authorization_request_of_each_client_reaches_sign_in_and_consent(
+async def test_each_client_signs_in_consents_and_gets_its_tokens(
     http: httpx.AsyncClient, proxy: ForwardProxy, name: str, redirect_uri: str
 ) -> None:
     client_id = DOCUMENTS[name]["client_id"]
+    verifier, challenge = pkce_pair()
     params = authorization_params(
-        client_id, pkce_pair()[1], redirect_uri=redirect_uri, resource=RESOURCE
+        client_id, challenge, redirect_uri=redirect_uri, resource=RESOURCE
     )
     sign_in = await follow(http, await http.get("/authorize?" + urlencode(params)))
     assert sign_in.status_code == 200, sign_in.text
@@ -239,6 +241,25 @@ async def test_an_authorization_request_of_each_client_reaches_sign_in_and_conse
     assert host_of(client_id) in consent.text  # AS-17: the document's host is shown
     assert any("approve" in form.buttons.get("action", []) for form in forms(consent.text))
     assert proxy.served == [client_id]
+    if METHODS[name] != "none":
+        return  # ChatGPT signs its token requests with its own key (private_key_jwt)
+    # the rest of the client's way: the code for a token for the MCP server, then a refresh
+    back = await submit(http, consent, {"action": "approve"})
+    assert back.headers["location"].startswith(redirect_uri + "?"), back.headers["location"]
+    code = query(back.headers["location"])["code"]
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
+            "code_verifier": verifier, "client_id": client_id, "resource": RESOURCE}  # fmt: skip
+    issued = await http.post("/token", data=form)
+    assert issued.status_code == 200, issued.text
+    assert issued.json()["scope"] == "mcp:tools"
+    if "refresh_token" not in DOCUMENTS[name]["grant_types"]:
+        assert "refresh_token" not in issued.json()  # Zed's document asks for codes only
+        return
+    form = {"grant_type": "refresh_token", "refresh_token": issued.json()["refresh_token"],
+            "client_id": client_id}  # fmt: skip
+    refreshed = await http.post("/token", data=form)
+    assert refreshed.status_code == 200, refreshed.text
+    assert proxy.served == [client_id]  # the document was cached, not fetched again
 
 
 @pytest.mark.anyio
@@ -358,10 +379,19 @@ def test_t21_the_allow_list_lets_a_local_host_through_the_proxy(
     assert proxy.tunnels == ["localhost:443"]
 
 
-def test_trusted_issuers_keys_come_through_the_proxy(
-    proxied: Settings, proxy: ForwardProxy
+@pytest.mark.anyio
+async def test_trusted_issuers_keys_come_through_the_proxy(
+    make_settings: Callable[..., Settings], proxy: ForwardProxy
 ) -> None:
-    issuers = IdentityProviders({IDP: f"{IDP}/jwks.json"}, outbound=outbound_for(proxied))
+    settings = make_settings(
+        outbound_proxy=proxy.url,
+        outbound_ca_file=str(proxy.ca_file),
+        trusted_idps={IDP: f"{IDP}/jwks.json"},
+    )
+    issuers = IdentityProviders(
+        settings.trusted_idps, trusted_key_sets(settings, outbound_for(settings))
+    )
+    await issuers.load(IDP, kid="idp-1", requester="192.0.2.1")
     assert list(issuers.keys(IDP)) == ["idp-1"]
     assert proxy.served == [f"{IDP}/jwks.json"]
 

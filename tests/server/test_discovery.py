@@ -62,7 +62,8 @@ async def test_scopes_supported_lists_the_registered_resources_scopes(
     ctx = app.state.mcpauth  # type: ignore[attr-defined]
     admin.add_resource(ctx, "http://127.0.0.1:8000/mcp", scopes=["files:read", "files:write"])
     meta = (await http.get("/.well-known/oauth-authorization-server")).json()
-    assert meta["scopes_supported"] == ["files:read", "files:write"]
+    # the OpenID scopes are the server's own (answered with an ID token and UserInfo)
+    assert meta["scopes_supported"] == ["email", "files:read", "files:write", "openid", "profile"]
     assert "offline_access" not in meta["scopes_supported"]
 
 

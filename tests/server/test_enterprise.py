@@ -107,7 +107,6 @@ async def test_asx2_grant_is_advertised_when_identity_providers_are_trusted(
         ({"exp": int(time.time()) - 100}, "invalid_grant"),
         ({"jti": None}, "invalid_grant"),
         ({"resource": "https://unknown.example/mcp"}, "invalid_target"),
-        ({"scope": "mcp:tools root"}, "invalid_scope"),
         ({"key": jwt.generate_private_key("ES256")}, "invalid_grant"),
     ],
 )
@@ -120,6 +119,17 @@ async def test_asx2_bad_assertions_are_refused(
     response = await exchange(http, ema_client, id_jag(client_id, **kwargs))
     assert response.status_code == 400, response.text
     assert response.json()["error"] == error
+
+
+async def test_asx2_scopes_the_resource_does_not_offer_are_narrowed_away(
+    http: httpx.AsyncClient, ema_client: dict[str, Any]
+) -> None:
+    # (invalid_scope before: an unknown scope in the ID-JAG is now dropped, as everywhere)
+    response = await exchange(
+        http, ema_client, id_jag(ema_client["client_id"], scope="mcp:tools root")
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["scope"] == "mcp:tools"
 
 
 async def test_asx2_a_replayed_id_jag_is_refused(

@@ -1,6 +1,7 @@
 """Alembic migrations are the only way the schema changes: ``upgrade head`` on an empty
-database yields exactly the models' schema, on SQLite and on PostgreSQL, and a database filled
-at the first revision keeps every row (and every credential keeps working) through the upgrade."""
+database yields exactly the models' schema, on SQLite and on PostgreSQL, a database filled at
+the first revision keeps every row (and every credential keeps working) through the upgrade,
+and one policy (``migrate.ensure_schema``) decides when a database behind is upgraded."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, text
 
-from mcpauth.server import Settings, create_app
+from mcpauth.errors import ConfigurationError
+from mcpauth.server import AdminError, Settings, create_app
+from mcpauth.server.admin import open_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import migrate, models
@@ -55,6 +58,49 @@ def test_a_fresh_database_is_behind_and_an_upgraded_one_is_current(empty_engine:
     migrate.upgrade(empty_engine)
     assert migrate.is_current(empty_engine)
     assert migrate.current_revision(empty_engine) == migrate.head_revision()
+
+
+# (engine, policy) -> whether a database that is behind is upgraded (else it is refused)
+UPGRADED = {
+    ("sqlite", "always"): True,
+    ("sqlite", "embedded"): True,
+    ("sqlite", "never"): False,
+    ("postgresql", "always"): True,
+    ("postgresql", "embedded"): False,
+    ("postgresql", "never"): False,
+}
+
+
+@pytest.mark.parametrize("upgrades", ["always", "embedded", "never"])
+def test_a_database_behind_is_upgraded_only_where_the_policy_says(
+    empty_engine: Engine, upgrades: migrate.Upgrades
+) -> None:
+    migrate.upgrade(empty_engine, "0001")
+    if UPGRADED[empty_engine.dialect.name, upgrades]:
+        migrate.ensure_schema(empty_engine, upgrades=upgrades)
+        assert migrate.is_current(empty_engine)
+        return
+    with pytest.raises(ConfigurationError) as refused:
+        migrate.ensure_schema(empty_engine, upgrades=upgrades)
+    assert str(refused.value) == (
+        f"the database schema is at revision '0001' but this version needs "
+        f"{migrate.head_revision()!r}: run `mcpauth db upgrade` first"
+    )
+    assert migrate.current_revision(empty_engine) == "0001"
+
+
+@pytest.mark.parametrize("upgrade", [True, False])
+def test_the_admin_context_follows_the_same_policy(empty_engine: Engine, upgrade: bool) -> None:
+    migrate.upgrade(empty_engine, "0001")
+    url = empty_engine.url.render_as_string(hide_password=False)
+    settings = Settings(issuer=ISSUER, database_url=url, secret_key=TEST_SECRET)
+    if upgrade and empty_engine.dialect.name == "sqlite":
+        open_context(settings, upgrade=upgrade).db.dispose()
+        assert migrate.is_current(empty_engine)
+        return
+    with pytest.raises(AdminError, match=r"run `mcpauth db upgrade` first$"):
+        open_context(settings, upgrade=upgrade)
+    assert migrate.current_revision(empty_engine) == "0001"
 
 
 def _fill_at_revision_0001(engine: Engine, now: int) -> dict[str, str]:
@@ -162,6 +208,7 @@ async def test_a_database_filled_at_revision_0001_upgrades_to_head_without_losin
         issuer=ISSUER,
         database_url=empty_engine.url.render_as_string(hide_password=False),
         secret_key=TEST_SECRET,
+        refresh_token_reuse_grace=0,  # strict single use: the replay below revokes the grant
     )
     app = create_app(settings, engine=empty_engine)
     transport = httpx.ASGITransport(app=app)

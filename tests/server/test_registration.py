@@ -90,7 +90,6 @@ INVALID: list[tuple[str, Any, str]] = [
     ("jwks and jwks_uri together", with_(jwks={"keys": []}, jwks_uri="https://a.example/j"), META),
     ("jwks with a private key", with_(jwks={"keys": [{"kty": "EC", "d": "secret"}]}), META),
     ("jwks without keys", with_(jwks={"k": 1}), META),
-    ("unknown scope", with_(scope="admin:everything"), META),
     ("malformed scope", with_(scope='files:read "quoted"'), META),
     ("contacts not strings", with_(contacts=[1, 2]), META),
     (

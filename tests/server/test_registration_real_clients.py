@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 
 from mcpauth import jwt
 from mcpauth.oauth import basic_authorization
+from mcpauth.server import admin
 from mcpauth.server.clients.metadata_documents import resolve_client_metadata_document
 from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.clients.ssrf import FetchedResponse
@@ -135,6 +136,27 @@ async def test_a_real_clients_registration_is_accepted_as_sent_and_echoed(
     method = body.get("token_endpoint_auth_method", "client_secret_basic")  # RFC 7591 §2
     assert info["token_endpoint_auth_method"] == method
     assert ("client_secret" in info) is (method != "none")
+
+
+@pytest.mark.parametrize(
+    ("asked", "registered"),
+    [
+        ("claudeai mcp:tools", "mcp:tools"),
+        ("read write", None),
+        ("openid mcp:tools", "openid mcp:tools"),
+    ],
+)
+async def test_guessed_scopes_at_registration_are_left_out_not_refused(
+    http: httpx.AsyncClient, seeded: Starlette, asked: str, registered: str | None
+) -> None:
+    body = {**BODIES["Claude Code"], "scope": asked}
+    response = await http.post("/register", json=body)
+    assert response.status_code == 201, response.text
+    assert response.json().get("scope") == registered  # RFC 7591 §3.2.1: what was registered
+    # an operator's unknown scope is a typo: refused
+    with pytest.raises(admin.AdminError, match="unknown scope 'claudeai'"):
+        admin.add_client(seeded.state.mcpauth, name="Typo", redirect_uris=["http://127.0.0.1/cb"],
+                         scopes=["claudeai"])  # fmt: skip
 
 
 def _claims(app: Starlette, token: str) -> dict[str, Any]:

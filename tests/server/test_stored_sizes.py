@@ -104,6 +104,7 @@ CEILINGS: dict[str, int | str] = {
     "refresh_tokens.scope": "copy",
     "refresh_tokens.resource": "copy",
     "authorization_codes.dpop_jkt": "digest",  # an RFC 7638 thumbprint, as below
+    "authorization_codes.nonce": limits.MAX_NONCE_LENGTH,
     "refresh_tokens.dpop_jkt": "digest",  # an RFC 7638 thumbprint: base64url SHA-256, 43
     "consents.user_id": "copy",
     "consents.client_id": "copy",
@@ -301,6 +302,11 @@ async def test_an_over_long_metadata_document_member_is_refused_on_a_page_and_st
         ({"resource": "http://127.0.0.1:8000/" + "r" * 4000}, "invalid_target", "not served"),
         ({"client_id": "c" * 4000}, "invalid_client", "does not know the application"),
         ({"prompt": "p" * 4000}, "invalid_request", "prompt must be"),
+        (
+            {"scope": "openid", "nonce": "n" * (limits.MAX_NONCE_LENGTH + 1)},
+            "invalid_request",
+            "nonce must not be longer than 255",
+        ),
     ],
     ids=lambda c: str(c)[:16],
 )

@@ -183,8 +183,13 @@ async def test_an_issuer_that_is_not_configured_is_not_a_workload(workloads: Wor
     assert response.json()["error"] == "invalid_grant"
 
 
-async def test_wider_scopes_and_offline_access_are_refused(workloads: Workloads) -> None:
+async def test_wider_scopes_are_refused_and_offline_access_narrowed_away(
+    workloads: Workloads,
+) -> None:
     wider = await workloads.token(assertion=platform_token(), scope="mcp:admin")
     assert wider.json()["error"] == "invalid_scope"
+    # (invalid_scope before: offline_access is dropped; a workload's token has no refresh token)
     offline = await workloads.token(assertion=platform_token(), scope="offline_access")
-    assert offline.json()["error"] == "invalid_scope"
+    assert offline.status_code == 200, offline.text
+    assert offline.json()["scope"] == "mcp:tools"
+    assert "refresh_token" not in offline.json()

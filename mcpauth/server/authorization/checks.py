@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
-from mcpauth.oauth import SCOPE_TOKEN, s256, same_secret
+from mcpauth.oauth import IDENTITY_SCOPES, OFFLINE_ACCESS, SCOPE_TOKEN, s256, same_secret
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
@@ -16,7 +17,10 @@ from mcpauth.uris import URIError, canonical_resource, without_trailing_slash
 S256_CHALLENGE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 # RFC 7636 §4.1: code_verifier = 43*128unreserved
 CODE_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
-OFFLINE_ACCESS = "offline_access"
+# OpenID Connect Core §5.4: who the person is, answered with an ID token and userinfo
+OPENID = "openid"
+# scopes of the authorization server itself, never a resource's
+RESERVED_SCOPES = frozenset({OFFLINE_ACCESS, *IDENTITY_SCOPES})
 _THUMBPRINT = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
@@ -88,8 +92,9 @@ def resolve_resource(resources: Resources, requested: str | None) -> Resource:
 
 
 def machine_scopes(resource: Resource, client: Client) -> list[str]:
-    """The scopes a token without a user gets when the request names none: the resource's
-    default scopes the client may have, else every scope of the resource it may have."""
+    """The scopes a token without a user gets when the request names none that can be
+    granted: the resource's default scopes the client may have, else every scope of the
+    resource it may have."""
     allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
     return [s for s in resource.default_scopes if s in allowed] or [
         s for s in resource.scopes if s in allowed
@@ -97,24 +102,21 @@ def machine_scopes(resource: Resource, client: Client) -> list[str]:
 
 
 def scopes_without_refresh(
-    requested: list[str] | None,
-    resource: Resource,
-    client: Client,
-    refused: str = "offline_access makes no sense without a user",
+    requested: list[str] | None, resource: Resource, client: Client
 ) -> list[str]:
-    """The scopes of a token that comes without a refresh token (a machine's own, or an
-    exchanged one): those asked for, else :func:`machine_scopes`.
+    """The scopes of a token that comes without a refresh token and names no person (a
+    machine's own, or an exchanged one): the resource's scopes asked for, else
+    :func:`machine_scopes`. ``offline_access``, the OpenID scopes and scopes the resource does
+    not offer are narrowed away (RFC 6749 §3.3), as at the authorization endpoint.
 
     Raises:
-        InvalidScope: ``offline_access`` among them (``refused`` says why), or a scope unknown
-            for the resource or not allowed for the client.
+        InvalidScope: a scope of the resource the client may not have.
     """
-    if requested is None:
-        requested = machine_scopes(resource, client)
-    if OFFLINE_ACCESS in requested:
-        raise InvalidScope(refused)
-    scopes, _ = resolve_scopes(requested, resource, client, offline_enabled=False)
-    return scopes
+    own = [s for s in requested or [] if s in resource.scopes]
+    if not own:
+        return machine_scopes(resource, client)
+    _check_allowed(own, client)
+    return own
 
 
 def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
@@ -153,24 +155,23 @@ def parse_scope(value: str | None) -> list[str] | None:
     return scopes
 
 
-def resolve_scopes(
-    requested: list[str] | None, resource: Resource, client: Client, *, offline_enabled: bool
-) -> tuple[list[str], bool]:
-    """The scopes to grant and whether ``offline_access`` was asked for; omitted → the
-    resource's default scopes.
+@dataclass(frozen=True)
+class GrantedScopes:
+    """What an authorization request is granted: the resource's scopes (the access token's
+    ``scope``), the OpenID scopes (an ID token and userinfo) and ``offline_access``."""
 
-    Raises:
-        InvalidScope: a scope is unknown for the resource or not allowed for the client.
-    """
-    scopes = list(resource.default_scopes) if requested is None else list(requested)
-    offline = OFFLINE_ACCESS in scopes
-    if offline:
-        if not offline_enabled:
-            raise InvalidScope("offline_access is not offered by this server")
-        scopes.remove(OFFLINE_ACCESS)
-    unknown = [s for s in scopes if s not in resource.scopes]
-    if unknown:
-        raise InvalidScope(f"unknown scope for {resource.uri}: {' '.join(unknown)}")
+    resource: list[str]
+    identity: list[str]
+    offline: bool
+
+    @property
+    def granted(self) -> list[str]:
+        """The grant's scope string as it is kept: the resource's scopes, then the OpenID
+        ones (``offline_access`` is kept apart, as a refresh token)."""
+        return [*self.resource, *self.identity]
+
+
+def _check_allowed(scopes: list[str], client: Client) -> None:
     # An administrator's scope list binds; a self-registered client's `scope` (RFC 7591) is
     # what it expected to need at registration, and MCP clients step up beyond it later: for
     # those the user's consent is the gate.
@@ -179,19 +180,71 @@ def resolve_scopes(
         refused = [s for s in scopes if s not in allowed]
         if refused:
             raise InvalidScope(f"the client may not request: {' '.join(refused)}")
-    return scopes, offline
 
 
-def narrower_scopes(requested: list[str] | None, granted: Iterable[str]) -> list[str]:
-    """A refresh request may narrow the scopes, never widen them (RFC 6749 §6).
+def _within_list(scopes: Iterable[str], client: Client) -> list[str]:
+    """``scopes`` less those an administrator's list for the client withholds."""
+    if client.scope is not None and client.source == "admin":
+        allowed = set(client.scope.split())
+        return [s for s in scopes if s in allowed]
+    return list(scopes)
+
+
+def identity_scopes(requested: Iterable[str]) -> list[str]:
+    """The OpenID scopes among ``requested``: ``profile`` and ``email`` only with ``openid``
+    (OpenID Connect Core §3.1.2.1: without it the request is no OpenID request)."""
+    requested = list(requested)
+    if OPENID not in requested:
+        return []
+    return [s for s in requested if s in IDENTITY_SCOPES]
+
+
+def resolve_scopes(
+    requested: list[str] | None,
+    resource: Resource,
+    client: Client,
+    *,
+    offline_enabled: bool,
+    openid: bool = True,
+) -> GrantedScopes:
+    """The scopes to grant. What the server cannot grant is narrowed away, never refused
+    (RFC 6749 §3.3): scopes the resource does not offer, ``offline_access`` when the operator
+    has not turned it on, the OpenID scopes when ``openid`` is false. When none of the
+    resource's scopes remains (or none was asked for), the resource's default scopes.
 
     Raises:
-        InvalidScope: a requested scope was not granted.
+        InvalidScope: a scope of the resource that an administrator's list for the client
+            does not include.
+    """
+    requested = requested or []
+    own = [s for s in requested if s in resource.scopes]
+    if own:
+        _check_allowed(own, client)
+    else:
+        own = _within_list(resource.default_scopes, client)
+    return GrantedScopes(
+        resource=own,
+        identity=_within_list(identity_scopes(requested), client) if openid else [],
+        offline=offline_enabled and OFFLINE_ACCESS in requested,
+    )
+
+
+def narrower_scopes(
+    requested: list[str] | None, granted: Iterable[str], resource: Resource | None
+) -> list[str]:
+    """The scopes of a refreshed token: the grant's, or the part of them the request names
+    (RFC 6749 §6). What the server would have narrowed away at the authorization endpoint is
+    ignored here too (``offline_access``, scopes the resource does not offer); when nothing
+    else is named, the whole grant.
+
+    Raises:
+        InvalidScope: a scope the server could grant but this grant does not hold (a refresh
+            never widens a grant).
     """
     granted = list(granted)
-    if requested is None:
-        return granted
-    extra = [s for s in requested if s not in granted and s != OFFLINE_ACCESS]
+    grantable = {*(resource.scopes if resource is not None else ()), *IDENTITY_SCOPES}
+    named = [s for s in requested or [] if s in granted or s in grantable]
+    extra = [s for s in named if s not in granted]
     if extra:
         raise InvalidScope(f"scopes beyond the original grant: {' '.join(extra)}")
-    return [s for s in requested if s != OFFLINE_ACCESS]
+    return named or granted

@@ -17,7 +17,7 @@ from mcpauth.errors import (
     UnsupportedResponseType,
 )
 from mcpauth.server.authorization import checks
-from mcpauth.server.authorization.outcomes import AuthorizationRequest, error_redirect, see_other
+from mcpauth.server.browser.outcomes import AuthorizationRequest, error_redirect, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
 from mcpauth.server.clients.directory import requests_from
@@ -27,7 +27,7 @@ from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.http_io import REPEATED_RESOURCE, media_type, read_body, repeated_names
-from mcpauth.server.operations.size_limits import MAX_STATE_LENGTH
+from mcpauth.server.operations.size_limits import MAX_NONCE_LENGTH, MAX_STATE_LENGTH
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import Client, Interaction
 from mcpauth.server.threads import run_blocking
@@ -124,20 +124,24 @@ def _validate(
         raise InvalidRequest("prompt must be none, login or consent")
     requested_scopes = checks.parse_scope(params.get("scope"))
     resource = checks.resolve_resource(ctx.resources.current(), params.get("resource"))
-    scopes, offline = checks.resolve_scopes(
+    scopes = checks.resolve_scopes(
         requested_scopes, resource, client, offline_enabled=ctx.settings.offline_access
     )
+    nonce = params.get("nonce")
+    if nonce is not None and len(nonce) > MAX_NONCE_LENGTH:
+        raise InvalidRequest(f"nonce must not be longer than {MAX_NONCE_LENGTH} characters")
     return AuthorizationRequest(
         client_id=client.client_id,
         redirect_uri=params["redirect_uri"],
         state=params.get("state"),
         code_challenge=challenge,
         resource=resource.uri,
-        scopes=scopes,
-        offline=offline,
+        scopes=scopes.granted,
+        offline=scopes.offline,
         prompt=prompt,
         sid=sid,
         dpop_jkt=dpop_jkt,
+        nonce=nonce if checks.OPENID in scopes.identity else None,
     )
 
 

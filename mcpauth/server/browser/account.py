@@ -11,12 +11,12 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server.authorization.outcomes import see_other
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.account_links import SignInMethods, sign_in_methods
-from mcpauth.server.browser.display import ClientView
+from mcpauth.server.browser.display import ClientView, scope_words
 from mcpauth.server.browser.interaction import client_view_of
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
+from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
@@ -117,7 +117,7 @@ def _applications(
             access.append(
                 Access(
                     resource.name if resource and resource.name else uri,
-                    ", ".join(names.get(s) or s for s in sorted(granted)),
+                    ", ".join(scope_words(s, names) or s for s in sorted(granted)),
                 )
             )
         used = max(grant.last_used_at for grant in rows)

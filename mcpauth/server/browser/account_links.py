@@ -22,9 +22,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server.authorization.outcomes import see_other
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
+from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import BrowserSession, load_session
 from mcpauth.server.browser.upstream_pages import ACCOUNT, LINK, Refusal

@@ -1,7 +1,8 @@
-"""How clients, hosts and redirect URIs are shown to people on the consent and account pages:
-names without control or invisible characters, hosts in their ASCII (punycode) form with a
-warning when they are not plain ASCII, custom-scheme redirects by their scheme, and which
-client details are believable enough to show (https, same site as the client)."""
+"""How clients, hosts, redirect URIs and scopes are shown to people on the consent and account
+pages: names without control or invisible characters, hosts in their ASCII (punycode) form with
+a warning when they are not plain ASCII, custom-scheme redirects by their scheme, which client
+details are believable enough to show (https, same site as the client), and the OpenID scopes
+in plain words."""
 
 from __future__ import annotations
 
@@ -12,6 +13,20 @@ import idna
 
 from mcpauth.server.clients.records import clean_name
 from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+
+# what the OpenID scopes let the application learn (the resource's own scopes are described
+# by its administrator)
+IDENTITY_SCOPE_WORDS = {
+    "openid": "Know who you are (your account's identifier on this service)",
+    "profile": "See your name",
+    "email": "See your email address, if it is verified",
+}
+
+
+def scope_words(scope: str, descriptions: dict[str, str]) -> str:
+    """How ``scope`` reads on the consent page: the OpenID scopes in plain words, a resource's
+    scope by the description its administrator gave (empty if none)."""
+    return IDENTITY_SCOPE_WORDS.get(scope) or descriptions.get(scope, "")
 
 
 def ascii_host(host: str) -> tuple[str, bool]:

@@ -10,16 +10,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import AccessDenied, OAuthError
-from mcpauth.server.authorization.outcomes import (
+from mcpauth.server.browser import csrf
+from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
+from mcpauth.server.browser.login import refuse_cross_site
+from mcpauth.server.browser.outcomes import (
     AuthorizationRequest,
     code_redirect,
     error_redirect,
     issue_code,
     see_other,
 )
-from mcpauth.server.browser import csrf
-from mcpauth.server.browser.display import ClientView, client_view, redirect_view
-from mcpauth.server.browser.login import refuse_cross_site
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.sessions import (
     BrowserSession,
@@ -101,13 +101,16 @@ def _needs_consent(
     return urlsplit(consent.redirect_uri).netloc != urlsplit(req.redirect_uri).netloc
 
 
-def client_view_of(client: Client) -> ClientView:
+def client_view_of(client: Client, redirect_uri: str | None = None) -> ClientView:
+    """How a person is shown ``client``; a self-registered one by the host of ``redirect_uri``
+    when one is being used (the consent page), not by the first it registered: a client that
+    registered a loopback URI first must not be shown as "localhost" while the code goes to
+    ``cursor://``."""
+    uris = client.redirect_uris
+    if redirect_uri is not None:
+        uris = [redirect_uri, *(u for u in uris if u != redirect_uri)]
     return client_view(
-        client.client_id,
-        client.client_name,
-        client.source,
-        client.redirect_uris,
-        client.client_metadata,
+        client.client_id, client.client_name, client.source, uris, client.client_metadata
     )
 
 
@@ -143,7 +146,7 @@ def _consent_page(
     shared = [words for claim, words in _SHARED.items() if claim in claims]
     if "email_verified" in claims and "email" not in claims:
         shared[shared.index(_SHARED["email_verified"])] = "whether your email address is verified"
-    view = client_view_of(client)
+    view = client_view_of(client, req.redirect_uri)
     new = [s for s in req.scopes if s not in granted]
     return render(
         "consent.html",
@@ -153,7 +156,11 @@ def _consent_page(
         resource=req.resource,
         resource_name=(resource.name if resource and resource.name else req.resource),
         scopes=[
-            {"name": s, "description": descriptions.get(s, ""), "new": bool(granted) and s in new}
+            {
+                "name": s,
+                "description": scope_words(s, descriptions),
+                "new": bool(granted) and s in new,
+            }
             for s in req.scopes
         ],
         step_up=bool(granted) and bool(new) and req.prompt != "consent",

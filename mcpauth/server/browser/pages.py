@@ -168,7 +168,7 @@ _TITLES = {
     "invalid_client": "This application is not recognised",
     "invalid_client_metadata": "This application is set up in a way this server can't accept",
     "invalid_request": "This request can't be completed",
-    "invalid_scope": "The application asked for permissions that don't exist",
+    "invalid_scope": "The application asked for permissions it may not have",
     "invalid_target": "The application asked for a service this server doesn't protect",
     "unauthorized_client": "This application may not do that",
     "unsupported_response_type": "This application sent a request this server doesn't support",

@@ -23,9 +23,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server.authorization.outcomes import AuthorizationRequest, see_other
 from mcpauth.server.browser import account_links, csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
+from mcpauth.server.browser.outcomes import AuthorizationRequest, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import (
     BrowserSession,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from mcpauth.errors import MCPAuthError
+from mcpauth.errors import FetchDeclined as FetchDeclined  # one class; imported from here too
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 
 
@@ -30,15 +30,6 @@ class AsyncFetcher(Protocol):
     """What the gate fetches with: ``SafeFetcher`` in the server."""
 
     async def aget(self, url: str) -> FetchedResponse: ...
-
-
-class FetchDeclined(MCPAuthError):
-    """Not fetched now because a limit is reached; the message says which, in terms safe to
-    show to anyone (nothing about the host)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True)

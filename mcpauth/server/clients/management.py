@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import InvalidClientMetadata, InvalidToken, OAuthError
+from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.context import ServerContext, get_context
@@ -80,8 +81,10 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
     if "client_secret" in raw and not matches(str(raw["client_secret"]), client.secret_digest):
         raise InvalidClientMetadata("client_secret does not match")
     with ctx.db.read() as session:
-        known = set(all_scopes(session)) | (
-            {"offline_access"} if ctx.settings.offline_access else set()
+        known = (
+            set(all_scopes(session))
+            | set(IDENTITY_SCOPES)
+            | ({"offline_access"} if ctx.settings.offline_access else set())
         )
     validated = validate_client_metadata(raw, known_scopes=known, auth_methods=records.AUTH_METHODS)
     if validated.token_endpoint_auth_method != client.token_endpoint_auth_method:

@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import InvalidToken
+from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import ValidatedClient, validate_client_metadata
 from mcpauth.server.config import Settings
@@ -31,7 +32,7 @@ def _check_initial_access_token(settings: Settings, request: Request) -> None:
 
 def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
     with ctx.db.read() as session:
-        known = set(all_scopes(session))
+        known = set(all_scopes(session)) | set(IDENTITY_SCOPES)  # as scopes_supported lists
     if ctx.settings.offline_access:
         known.add("offline_access")
     validated: ValidatedClient = validate_client_metadata(

@@ -145,7 +145,11 @@ def _application_type(raw: dict[str, Any], uris: list[str]) -> str:
     return declared
 
 
-def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
+def _scope(raw: dict[str, Any], known: set[str], *, admin: bool) -> str | None:
+    """The registered ``scope``. An operator's unknown scope is a typo, refused; a client
+    registering itself (or its metadata document) may name scopes it guessed (``claudeai``,
+    ``read write``): those are left out, as the authorization endpoint narrows them (RFC 7591
+    §3.2.1 lets the server register other values than asked; the response says which)."""
     value = _string(raw, "scope", limit=MAX_SCOPE_LENGTH)
     scopes = [s for s in (value or "").split(" ") if s]
     if not scopes:  # `scope: ""` (Gemini CLI, Inspector v2) asks for nothing in particular
@@ -153,9 +157,10 @@ def _scope(raw: dict[str, Any], known: set[str]) -> str | None:
     for scope in scopes:
         if not SCOPE_TOKEN.match(scope):
             raise InvalidClientMetadata("scope: must be space-separated scope tokens")
-        if scope not in known:
+        if scope not in known and admin:
             raise InvalidClientMetadata(f"scope: unknown scope {scope!r}")
-    return " ".join(dict.fromkeys(scopes))
+    kept = [s for s in dict.fromkeys(scopes) if s in known]
+    return " ".join(kept) or None
 
 
 def _auth_method(raw: dict[str, Any], supported: tuple[str, ...]) -> str:
@@ -289,7 +294,7 @@ def validate_client_metadata(
         token_endpoint_auth_method=method,
         application_type=application_type,
         client_name=client_name or "",
-        scope=_scope(raw, known_scopes),
+        scope=_scope(raw, known_scopes, admin=admin),
         jwks=jwks,
         jwks_uri=jwks_uri,
         extra={**_extras(raw), **_exchange_policy(raw, grants, admin=admin)},

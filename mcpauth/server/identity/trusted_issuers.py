@@ -1,76 +1,51 @@
-"""Trusted identity providers for enterprise-managed authorization: their signing keys, from
-an inline JWKS or a JWKS URL an administrator configured (cached five minutes, refetched early
-when an unknown ``kid`` appears, at most once a minute)."""
+"""Trusted issuers of assertions (ID-JAG identity providers, workload platforms): which issuer
+names which key source, and checking an assertion with its keys. The keys come from the server's
+one key-set cache (:mod:`.key_sets`): :meth:`IdentityProviders.load` on the event loop before the
+request's database work, :meth:`IdentityProviders.verify` in the worker thread from memory."""
 
 from __future__ import annotations
 
-import json
-import threading
 from typing import Any
 
-import httpx
-
 from mcpauth import jwt
-from mcpauth.caching import ExpiringCache, wall_clock
-from mcpauth.errors import InvalidGrant, OAuthError
-from mcpauth.server.outbound import Outbound
-
-CACHE_SECONDS = 300
-REFETCH_INTERVAL = 60
+from mcpauth.errors import InvalidGrant, OAuthError, TemporarilyUnavailable
+from mcpauth.server.identity.key_sets import UNAVAILABLE, KeySets
 
 
 class IdentityProviders:
-    def __init__(self, configured: dict[str, str], *, outbound: Outbound | None = None) -> None:
+    def __init__(self, configured: dict[str, str], key_sets: KeySets) -> None:
         self._configured = dict(configured)
-        self._outbound = outbound  # the operator's proxy and trust store (None: the defaults)
-        self._cache: ExpiringCache[str, dict[str, jwt.VerificationKey]] = ExpiringCache(
-            CACHE_SECONDS,
-            max_entries=max(16, len(configured)),
-            clock=wall_clock,
-            keep_stale=True,
-        )
-        self._lock = threading.Lock()
+        self._key_sets = key_sets
 
     def is_trusted(self, issuer: str) -> bool:
         return issuer in self._configured
 
-    def _fetch(self, source: str) -> dict[str, Any]:
-        if source.lstrip().startswith("{"):
-            document: Any = json.loads(source)
-        else:
-            route = self._outbound.httpx_options() if self._outbound else {}
-            response = httpx.get(source, timeout=5.0, follow_redirects=False, **route)
-            response.raise_for_status()
-            document = response.json()
-        if not isinstance(document, dict):
-            raise ValueError("a JWKS must be a JSON object")
-        return document
-
-    def keys(self, issuer: str, *, refresh: bool = False) -> dict[str, jwt.VerificationKey]:
-        """The issuer's verification keys.
+    async def load(self, issuer: str, *, kid: str | None, requester: str) -> None:
+        """Have ``issuer``'s keys in memory for :meth:`verify` (fetched now if they are
+        missing, stale, or lack ``kid``); nothing for an issuer that is not trusted (then
+        :meth:`verify` refuses the assertion). On the event loop.
 
         Raises:
-            InvalidGrant: the issuer is not trusted or its keys cannot be loaded.
+            TemporarilyUnavailable: the keys cannot be loaded now.
+        """
+        source = self._configured.get(issuer)
+        if source is not None:
+            await self._key_sets.load(source, kid=kid, requester=requester)
+
+    def keys(self, issuer: str) -> dict[str, jwt.VerificationKey]:
+        """The issuer's keys as last loaded, from memory.
+
+        Raises:
+            InvalidGrant: the issuer is not trusted.
+            TemporarilyUnavailable: its keys were never loaded.
         """
         source = self._configured.get(issuer)
         if source is None:
             raise InvalidGrant("The assertion's issuer is not a trusted identity provider")
-        with self._lock:  # one fetch per process at a time
-            cached = self._cache.get_stale(issuer)  # (keys, age), fresh or not
-            if cached is not None:
-                keys, age = cached
-                fresh = age < CACHE_SECONDS
-                may_refetch = age >= REFETCH_INTERVAL
-                if fresh and not (refresh and may_refetch):
-                    return keys
-            try:
-                keys = jwt.key_set(self._fetch(source))
-            except (httpx.HTTPError, ValueError) as exc:
-                if cached is not None:
-                    return cached[0]  # the last good keys while the provider is unreachable
-                raise InvalidGrant("The identity provider's keys cannot be loaded") from exc
-            self._cache.put(issuer, keys)
-            return keys
+        keys = self._key_sets.loaded(source)
+        if keys is None:
+            raise TemporarilyUnavailable(UNAVAILABLE, headers={"Retry-After": "1"})
+        return keys
 
     def verify(
         self,
@@ -81,26 +56,20 @@ class IdentityProviders:
         required: tuple[str, ...],
         what: str,
     ) -> dict[str, Any]:
-        """The claims of ``assertion`` signed by ``issuer``'s keys (fetched again once, at most
-        once a minute, when its ``kid`` is unknown: the issuer may have rotated); ``aud`` is
-        left to the caller. ``what`` names the assertion in the errors.
+        """The claims of ``assertion`` signed by ``issuer``'s keys as :meth:`load` left them
+        (it refetched them for an unknown ``kid`` if it could); ``aud`` is left to the caller.
+        ``what`` names the assertion in the errors.
 
         Raises:
-            InvalidGrant: an unknown key after the refetch, or any other check failed.
+            InvalidGrant: an unknown key, or any other check failed.
+            TemporarilyUnavailable: the issuer's keys were never loaded.
         """
-        for attempt in (False, True):
-            try:
-                return jwt.verify(
-                    assertion,
-                    self.keys(issuer, refresh=attempt),
-                    issuer=issuer,
-                    audience=None,
-                    typ=typ,
-                    required=required,
-                )
-            except jwt.UnknownKeyError:
-                if attempt:
-                    raise InvalidGrant(f"{what} is signed with an unknown key") from None
-            except OAuthError as exc:
-                raise InvalidGrant(f"{what} is invalid: {exc.description}") from exc
-        raise InvalidGrant(f"{what} is invalid")  # pragma: no cover - the loop returns
+        keys = self.keys(issuer)
+        try:
+            return jwt.verify(
+                assertion, keys, issuer=issuer, audience=None, typ=typ, required=required
+            )
+        except jwt.UnknownKeyError:
+            raise InvalidGrant(f"{what} is signed with an unknown key") from None
+        except OAuthError as exc:
+            raise InvalidGrant(f"{what} is invalid: {exc.description}") from exc

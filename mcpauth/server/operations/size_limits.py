@@ -9,6 +9,8 @@ import hashlib
 
 # OAuth 2.1 §4.1.1: ``state`` is echoed in the redirect; longer ones are refused on a page
 MAX_STATE_LENGTH = 1024
+# OpenID Connect Core §3.1.2.1: ``nonce`` is kept with the code and echoed in the ID token
+MAX_NONCE_LENGTH = 255
 # RFC 7591 §3.1 / RFC 7592 §2.2 request bodies: room for 20 redirect URIs and a JWKS of
 # several RSA keys, far less than the general form-body limit
 MAX_REGISTRATION_BYTES = 16 * 1024

@@ -122,6 +122,12 @@ def access_token_revoked(session: Session, jti: str, grant_id: str | None) -> bo
     return grant is None or grant.revoked_at is not None
 
 
+def live_grant(session: Session, grant_id: str) -> Grant | None:
+    """The grant ``grant_id`` unless it was revoked."""
+    grant = session.get(Grant, grant_id)
+    return grant if grant is not None and grant.revoked_at is None else None
+
+
 def revoke_access_token(session: Session, jti: str, expires_at: int) -> None:
     """Remember ``jti`` as revoked until the token would have expired anyway."""
     if session.get(RevokedAccessToken, jti) is None:

@@ -1,14 +1,18 @@
-"""Schema migrations with Alembic: the only way the schema changes."""
+"""Schema migrations with Alembic: the only way the schema changes, and the one policy for when
+they run (:func:`ensure_schema`)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+
+from mcpauth.errors import ConfigurationError
 
 SCRIPT_LOCATION = "mcpauth.server:migrations"
 
@@ -43,3 +47,30 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def is_current(engine: Engine) -> bool:
     return current_revision(engine) == head_revision()
+
+
+Upgrades = Literal["always", "embedded", "never"]
+
+
+def ensure_schema(engine: Engine, *, upgrades: Upgrades = "embedded") -> None:
+    """Bring the database to the schema this version needs, or refuse to use it. The one
+    policy every entry point follows (docs/architecture.md, "The database schema"):
+
+    - ``"always"``: ``mcpauth db upgrade``, the operator's explicit upgrade of any database;
+    - ``"embedded"``: ``create_app`` (``mcpauth serve``), the admin commands and ``Admin``
+      upgrade an embedded SQLite database on their own (one process owns it) and refuse a
+      shared one (PostgreSQL) that is behind: replicas of an older version may still use it;
+    - ``"never"``: ``Admin.open(settings, upgrade=False)`` only refuses.
+
+    Raises:
+        ConfigurationError: the schema is behind and this policy does not upgrade it.
+    """
+    if is_current(engine):
+        return
+    if upgrades == "always" or (upgrades == "embedded" and engine.dialect.name == "sqlite"):
+        upgrade(engine)
+        return
+    raise ConfigurationError(
+        f"the database schema is at revision {current_revision(engine)!r} but this "
+        f"version needs {head_revision()!r}: run `mcpauth db upgrade` first"
+    )

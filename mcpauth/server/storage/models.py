@@ -116,6 +116,7 @@ class AuthorizationCode(SQLModel, table=True):
     redeemed_at: int | None = None
     # RFC 9449 §10: the key the authorization request named; the exchange must prove it
     dpop_jkt: str | None = Field(default=None, max_length=64)
+    nonce: str | None = Field(default=None, max_length=255)  # OpenID Connect Core §3.1.2.1
 
 
 class RefreshToken(SQLModel, table=True):

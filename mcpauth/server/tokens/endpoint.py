@@ -50,6 +50,11 @@ GRANTS = {
     jwt_bearer.GRANT: jwt_bearer.issue,
     token_exchange.GRANT: token_exchange.exchange,
 }
+# A grant's network I/O, awaited on the event loop before the request's worker thread (and its
+# database work) starts: the trusted issuer's keys of a jwt-bearer assertion.
+BEFORE = {
+    jwt_bearer.GRANT: jwt_bearer.load_keys,
+}
 
 
 def _audit(grant_type: str, client: Client, issuance: Issuance) -> None:
@@ -163,7 +168,7 @@ def _answer_from_memory(
 
     Raises:
         OAuthError: the request is refused for a reason that needs no I/O to decide
-            (an unknown scope or resource, say).
+            (a scope the client may not have or an unknown resource, say).
     """
     if form.get("grant_type") != client_credentials.GRANT or credentials is None:
         return None
@@ -209,6 +214,9 @@ class TokenEndpoint:
             # a DPoP proof's jti is recorded in the database: never on the event loop
             body = None if proofs else _answer_from_memory(ctx, form, credentials, address)
             if body is None:
+                before = BEFORE.get(form.get("grant_type", ""))
+                if before is not None:
+                    await before(ctx, form, address)
                 body = await run_blocking(
                     _respond, ctx, form, authorization, address, credentials, proofs
                 )

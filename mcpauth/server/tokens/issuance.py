@@ -10,11 +10,13 @@ from typing import Any
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof
+from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Connection, Row, Session
 from mcpauth.server.storage.models import Client, Resource
+from mcpauth.server.tokens import openid
 
 # the claims about a person a resource may ask its access tokens to carry
 PERSON_CLAIMS = ("email", "email_verified", "name", "groups")
@@ -25,9 +27,10 @@ class Issuance:
     """What a grant hands out; signed after the database transaction commits."""
 
     claims: dict[str, Any]
-    scopes: list[str]
+    scopes: list[str]  # the response's ``scope``: everything granted (the OpenID scopes too)
     refresh_token: str | None = None
     issued_token_type: str | None = None  # RFC 8693 §2.2.1, for token exchange
+    id_token: dict[str, Any] | None = None  # its claims; signed with the access token
 
     def bind(self, jkt: str) -> None:
         """Bind the access token to a DPoP key (RFC 9449 §6.1: ``cnf.jkt``)."""
@@ -36,14 +39,17 @@ class Issuance:
     def response(self, signer: jwt.CompactSigner) -> dict[str, Any]:
         """The token response, the access token signed by ``signer``; a DPoP-bound token
         says so in ``token_type`` (RFC 9449 §5)."""
+        access_token = signer.sign(self.claims)
         body: dict[str, Any] = {
-            "access_token": signer.sign(self.claims),
+            "access_token": access_token,
             "token_type": "DPoP" if "cnf" in self.claims else "Bearer",
             "expires_in": self.claims["exp"] - self.claims["iat"],
             "scope": " ".join(self.scopes),
         }
         if self.refresh_token is not None:
             body["refresh_token"] = self.refresh_token
+        if self.id_token is not None:
+            body["id_token"] = openid.sign_id_token(signer, self.id_token, access_token)
         if self.issued_token_type is not None:
             body["issued_token_type"] = self.issued_token_type
         return body
@@ -154,13 +160,14 @@ def for_grant(
     person: dict[str, Any] | None = None,
 ) -> Issuance:
     """An access token for a user's grant (its user, client and resource), with the claims
-    about the person its resource asks for (:func:`person_claims`)."""
+    about the person its resource asks for (:func:`person_claims`). The OpenID scopes stay
+    out of the token's ``scope``: they are about the client, not the resource that reads it."""
     claims = access_token_claims(
         settings,
         subject=grant.user_id,
         client_id=grant.client_id,
         resource=grant.resource,
-        scopes=scopes,
+        scopes=[s for s in scopes if s not in IDENTITY_SCOPES],
         now=now,
         grant_id=grant.id,
         extra=person,

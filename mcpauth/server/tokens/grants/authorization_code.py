@@ -9,6 +9,7 @@ from typing import Any
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.oauth import same_secret
 from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
@@ -16,6 +17,7 @@ from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
 from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens import openid
 from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
@@ -79,8 +81,19 @@ def _redeem(
     grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
+    scopes = code.scope.split()
     person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
-    issuance = for_grant(ctx.settings, grant, code.scope.split(), now, person)
+    issuance = for_grant(ctx.settings, grant, scopes, now, person)
+    if OPENID in scopes:  # OpenID Connect Core §3.1.3.3: the ID token comes with the code's tokens
+        issuance.id_token = openid.id_token_claims(
+            ctx.settings,
+            subject=grant.user_id,
+            client_id=client.client_id,
+            auth_time=code.auth_time,
+            nonce=code.nonce,
+            now=now,
+            person=openid.person_claims(conn, grant.user_id, scopes),
+        )
     if jkt is not None:
         issuance.bind(jkt)
     if "refresh_token" in client.grant_types or code.offline:

@@ -28,7 +28,8 @@ def issue(
     Raises:
         UnauthorizedClient: a public client.
         InvalidTarget: the resource is unknown.
-        InvalidScope: a scope is unknown or not allowed for the client.
+        InvalidScope: a scope of the resource the client is not allowed (unknown ones are
+            narrowed away).
     """
     if client.token_endpoint_auth_method == "none":
         raise UnauthorizedClient("client_credentials needs a confidential client")

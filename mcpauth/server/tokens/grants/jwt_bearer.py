@@ -1,10 +1,12 @@
 """The jwt-bearer grant with an Identity Assertion JWT Authorization Grant (ID-JAG), the
 enterprise-managed authorization extension (MCP AS-X2; RFC 7521 §5.2, RFC 7523 §3): the
 identity provider vouches for a user, this server issues an access token for that user. An
-assertion from a configured workload issuer goes to :mod:`.workload` instead."""
+assertion from a configured workload issuer goes to :mod:`.workload` instead. The issuer's keys
+are loaded first, on the event loop (:func:`load_keys`), never in the request's worker thread."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jwt as pyjwt
@@ -14,6 +16,7 @@ from mcpauth.errors import (
     InvalidGrant,
     InvalidRequest,
     InvalidTarget,
+    OAuthError,
     UnauthorizedClient,
 )
 from mcpauth.oauth import JWT_BEARER
@@ -39,6 +42,44 @@ from mcpauth.uris import URIError, canonical_resource
 GRANT = JWT_BEARER
 ID_JAG_TYPE = "oauth-id-jag+jwt"
 REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
+
+
+def _keys_needed(
+    ctx: ServerContext, assertion: str
+) -> tuple[IdentityProviders, str, str | None] | None:
+    """Whose keys :func:`issue` will check ``assertion`` with, by the same unverified routing:
+    the issuers (workload platforms or identity providers), its ``iss`` and its ``kid``; None
+    when it will be refused before any key is needed (not a JWT, no ``iss``, neither a
+    workload token nor an ID-JAG)."""
+    try:
+        header = jwt.unverified_header(assertion)
+        issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
+    except (OAuthError, pyjwt.PyJWTError):
+        return None
+    if not isinstance(issuer, str):
+        return None
+    kid = header.get("kid")
+    kid = kid if isinstance(kid, str) else None
+    if str(header.get("typ", "")).lower() == ID_JAG_TYPE:
+        return ctx.idps, issuer, kid
+    if workload.is_workload_token(ctx.settings, assertion):
+        return ctx.workload_keys, issuer, kid
+    return None
+
+
+async def load_keys(ctx: ServerContext, form: Mapping[str, str], requester: str) -> None:
+    """Load the keys of the trusted issuer the request's assertion names, on the event loop
+    before the request's worker thread runs (which then reads them from memory): a fetch that
+    stalls holds no thread and no database work waits on the network. Nothing to do for an
+    assertion that is missing, malformed or from an untrusted issuer: :func:`issue` refuses it.
+
+    Raises:
+        TemporarilyUnavailable: the issuer's keys cannot be loaded now.
+    """
+    needed = _keys_needed(ctx, form.get("assertion") or "")
+    if needed is not None:
+        issuers, issuer, kid = needed
+        await issuers.load(issuer, kid=kid, requester=requester)
 
 
 def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
@@ -116,7 +157,10 @@ def issue(
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
-    scopes, _ = checks.resolve_scopes(requested, resource, client, offline_enabled=False)
+    # a token for the person the IdP names, without a refresh token or an ID token
+    scopes = checks.resolve_scopes(
+        requested, resource, client, offline_enabled=False, openid=False
+    ).resource
     username = local_username(str(claims["iss"]), str(claims["sub"]))
     with ctx.db.write() as session:
         if not record_jti(session, str(claims["iss"]), str(claims["jti"]), int(claims["exp"]), now):

@@ -17,7 +17,7 @@ from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
-from mcpauth.server.storage.models import Client
+from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
@@ -27,8 +27,9 @@ from mcpauth.server.tokens.issuance import (
 )
 
 
-def _requested(form: dict[str, str], token: Row[Any]) -> list[str]:
-    scopes = checks.narrower_scopes(checks.parse_scope(form.get("scope")), token.scope.split())
+def _requested(form: dict[str, str], token: Row[Any], resource: Resource | None) -> list[str]:
+    requested = checks.parse_scope(form.get("scope"))
+    scopes = checks.narrower_scopes(requested, token.scope.split(), resource)
     checks.check_same_resource(
         form.get("resource"), token.resource, "resource is outside the original grant"
     )
@@ -101,7 +102,7 @@ def _rotate(
             "The refresh token is bound to a DPoP key: present a proof signed with that key"
         )
     try:
-        scopes = _requested(form, token)
+        scopes = _requested(form, token, resources.by_uri.get(token.resource))
         require_proof(client, resources.by_uri.get(token.resource), jkt)
     except OAuthError as error:
         return error

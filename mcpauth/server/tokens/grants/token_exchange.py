@@ -152,9 +152,7 @@ def exchange(
     resource = checks.resolve_resource(ctx.resources.current(), target_uri)
     require_proof(client, resource, jkt)
     requested = checks.parse_scope(form.get("scope"))
-    scopes = checks.scopes_without_refresh(
-        requested, resource, client, "A token exchange issues no refresh token"
-    )
+    scopes = checks.scopes_without_refresh(requested, resource, client)
     now = ctx.now()
     actor: dict[str, Any] = {"sub": client.client_id}
     if isinstance(subject.get("act"), dict):

@@ -1,6 +1,6 @@
-"""The ``mcpauth idps`` command: list the upstream identity providers people sign in with, and
-add or remove one in the TOML settings file (:mod:`mcpauth.server.settings_file`). Importing
-this module is cheap (the parser only); the handler imports the server lazily."""
+"""``mcpauth idps list|add|remove``: list the upstream identity providers people sign in with,
+and add or remove one in the TOML settings file (:mod:`mcpauth.server.settings_file`).
+Importing this module is cheap (the parser only); the handler imports the server lazily."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcpauth.cli._shared import CommandError, admin_actions, open_admin, print_json, settings
 
-def add_idps_parser(sub: Any) -> None:
-    """``mcpauth idps list|add|remove`` (the common --database/--config options are added by
-    :mod:`mcpauth.cli` with the other admin commands)."""
-    idps = sub.add_parser(
+
+def add_parser(sub: Any) -> None:
+    group = sub.add_parser(
         "idps",
         help="upstream identity providers (configured in settings: [[mcpauth.upstream]])",
-    ).add_subparsers(dest="action", required=True)
+    )
+    idps = group.add_subparsers(dest="action", required=True)
     p = idps.add_parser("list", help="list the providers people sign in with")
     p.add_argument("--check", action="store_true", help="fetch each one's OpenID configuration")
     p = idps.add_parser("add", help="add a provider to the settings file (--config)")
@@ -43,21 +44,21 @@ def add_idps_parser(sub: Any) -> None:
     p.add_argument("--keep-tokens", action="store_true", help="keep people's provider tokens")
     p.add_argument("--check", action="store_true", help="fetch its OpenID configuration")
     idps.add_parser("remove", help="remove a provider from the settings file").add_argument("id")
+    admin_actions(group, idps, cmd_idps)
 
 
 def cmd_idps(args: argparse.Namespace) -> int:
-    from mcpauth.cli import CommandError, _admin, _print, _settings
     from mcpauth.server import admin, settings_file
 
     if args.action == "list":
-        _print(admin.list_upstream(_admin(args), check=args.check))
+        print_json(admin.list_upstream(open_admin(args), check=args.check))
         return 0
     config = args.config or os.environ.get("MCPAUTH_CONFIG")
     if not config:
         raise CommandError("idps add and remove change the settings file: --config FILE")
 
     def load(candidate: Path) -> Any:
-        return _settings(argparse.Namespace(**{**vars(args), "config": str(candidate)}))
+        return settings(argparse.Namespace(**{**vars(args), "config": str(candidate)}))
 
     if args.action == "remove":
         settings_file.remove_provider(Path(config), args.id, load)
@@ -79,13 +80,12 @@ def cmd_idps(args: argparse.Namespace) -> int:
         "keep_tokens": args.keep_tokens or None, "release_to": args.release_to or None,
     }  # fmt: skip
     values = {key: value for key, value in values.items() if value is not None}
-    settings = settings_file.add_provider(Path(config), values, load)
-    ctx = admin.open_context(settings)
+    ctx = admin.open_context(settings_file.add_provider(Path(config), values, load))
     try:
         (row,) = [r for r in admin.list_upstream(ctx, check=args.check) if r["id"] == args.id]
     finally:
         ctx.db.dispose()
-    _print(row)
+    print_json(row)
     print(f"added {args.id} to {config}; restart mcpauth serve to apply", file=sys.stderr)
     return 0
 
@@ -97,7 +97,5 @@ def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
     pairs = [item.partition("=") for item in items]
     bad = [item for item, (name, sep, _) in zip(items, pairs, strict=True) if not (sep and name)]
     if bad:
-        from mcpauth.cli import CommandError
-
         raise CommandError(f"{flag} takes NAME=VALUE, got {bad[0]!r}")
     return [(name, value) for name, _, value in pairs]

@@ -32,6 +32,7 @@ class AuthorizationRequest:
     sid: str  # the browser session that started it; only that browser may finish it
     signed_in_here: bool = False  # the user entered the password during this request
     dpop_jkt: str | None = None  # RFC 9449 §10: the code may only be redeemed with this key
+    nonce: str | None = None  # OpenID Connect Core §3.1.2.1: echoed in the ID token
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +134,7 @@ def issue_code(
                 created_at=now,
                 expires_at=now + ctx.settings.authorization_code_ttl,
                 dpop_jkt=request.dpop_jkt,
+                nonce=request.nonce,
             ),
             interaction_id,
         )

@@ -1,0 +1,24 @@
+"""``mcpauth keys list|rotate``: the server's signing keys."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mcpauth.cli._shared import admin_actions, open_admin, print_json
+
+
+def add_parser(sub: Any) -> None:
+    group = sub.add_parser("keys", help="signing keys")
+    keys = group.add_subparsers(dest="action", required=True)
+    keys.add_parser("list", help="list signing keys")
+    keys.add_parser("rotate", help="publish a new signing key")
+    admin_actions(group, keys, cmd_keys)
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from mcpauth.server import admin
+
+    ctx = open_admin(args)
+    print_json(admin.rotate_keys(ctx) if args.action == "rotate" else admin.list_keys(ctx))
+    return 0

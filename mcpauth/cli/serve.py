@@ -1,0 +1,43 @@
+"""``mcpauth serve``: the authorization server under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mcpauth.cli._shared import add_database_options, settings
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the authorization server")
+    add_database_options(p)
+    p.add_argument("--issuer", metavar="URL", help="issuer identifier (MCPAUTH_ISSUER)")
+    p.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 9000)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from mcpauth.server.app import create_app
+    from mcpauth.server.operations.logs import configure_logging
+
+    configured = settings(
+        args, issuer=args.issuer, host=args.host, port=args.port, log_level=args.log_level
+    )
+    configure_logging(configured.log_level, configured.log_format)  # before the app's own start
+    # the app applies trusted_proxies itself (uvicorn's proxy headers stay off: applied once)
+    app = create_app(configured)
+    uvicorn.run(
+        app,
+        host=configured.host,
+        port=configured.port,
+        access_log=False,
+        log_level=configured.log_level,
+        proxy_headers=False,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    return 0

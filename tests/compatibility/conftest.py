@@ -1,0 +1,3 @@
+"""The replays use the server suite's account fixtures."""
+
+from ..server.conftest import password_hash  # noqa: F401 - a fixture, used by name
