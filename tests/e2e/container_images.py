@@ -1,13 +1,14 @@
 """The images the container test runs (tests/e2e/test_container.py), built once and cached.
 
 Where a registry answers, docker/Dockerfile builds on its default ``python:3.11-slim-bookworm``
-and compose pulls ``postgres:16-bookworm``. Where none does (these CI machines), a base image is
-made from Debian packages with debootstrap (bookworm, Python 3.11 in a venv on ``PATH``, as the
-python image has it) and kept under a tag named after its recipe, so later sessions reuse it;
-docker/Dockerfile is built ``FROM`` it (``--build-arg PYTHON_IMAGE``), and so is a PostgreSQL
-image with Debian's postgresql-15 (tests/e2e/docker/postgres.Dockerfile). Builds use Debian's
-``/usr/bin/docker`` with its built-in BuildKit; the host's extra CA certificates reach pip as a
-build secret (``PIP_CERT``), never as part of an image.
+and compose pulls ``postgres:16-bookworm``. Where none does (these CI machines), a minimal Debian
+bookworm is made with debootstrap and imported under a tag named after its recipe, so later
+sessions reuse it; on it are built a Python image (tests/e2e/docker/python.Dockerfile: Python
+3.11 in a venv on ``PATH``, as the python image has it), which docker/Dockerfile is built
+``FROM`` (``--build-arg PYTHON_IMAGE``), and, at the same time, a PostgreSQL image with Debian's
+postgresql-15 (tests/e2e/docker/postgres.Dockerfile). Builds use Debian's ``/usr/bin/docker``
+with its built-in BuildKit; the host's extra CA certificates reach pip as a build secret
+(``PIP_CERT``), never as part of an image.
 
 Run as a program (``python -m tests.e2e.container_images``) it builds everything and prints the
 images, their sizes and how long each step took."""
@@ -21,6 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,20 +38,22 @@ SYSTEM_CAS = Path("/etc/ssl/certs/ca-certificates.crt")
 SERVER_IMAGE = "mcpauth-test:server"
 DEMO_MCP_IMAGE = "mcpauth-test:demo-mcp"
 POSTGRES_IMAGE = "mcpauth-test-postgres:15"
-# the base image's recipe: its tag carries a hash of these, so a changed recipe builds anew
-BASE_PACKAGES = "ca-certificates,python3,python3-venv"
+PYTHON_IMAGE = "mcpauth-test-python:3.11-bookworm"
+# the Debian base's recipe: its tag carries a hash of it, so a changed recipe builds anew
+BASE_STRAP = ["--variant=minbase", "--include=ca-certificates", "bookworm"]
+BASE_CLEAN = "var/cache/apt/archives/*.deb"
 BASE_CHANGES = [
-    "ENV PATH=/opt/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV LANG=C.UTF-8",
-    'CMD ["python"]',
+    'CMD ["bash"]',
 ]
-BASE_SETUP = "python3 -m venv /opt/python && apt-get clean && rm -rf /var/lib/apt/lists/*"
 
 
 @dataclass
 class Images:
     """What the compose stack runs, and what building it cost."""
 
+    debian_base: str  # "" where a registry answers
     python_base: str
     server: str
     demo_mcp: str
@@ -55,9 +61,8 @@ class Images:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def sizes(self) -> dict[str, int]:
-        return {
-            name: image_size(name) for name in (self.python_base, self.server, self.demo_mcp)
-        } | {self.postgres: image_size(self.postgres)}
+        names = [self.debian_base, self.python_base, self.server, self.demo_mcp, self.postgres]
+        return {name: image_size(name) for name in names if name}
 
 
 def docker(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
@@ -119,29 +124,24 @@ def apt_mirror() -> str:
 
 
 def base_tag() -> str:
-    recipe = "\n".join(["bookworm", "minbase", BASE_PACKAGES, BASE_SETUP, *BASE_CHANGES])
-    return f"mcpauth-test-base:bookworm-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    recipe = "\n".join([*BASE_STRAP, BASE_CLEAN, *BASE_CHANGES])
+    return f"mcpauth-test-debian:bookworm-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
 def debootstrap_base(tag: str) -> None:
-    """Debian bookworm (minbase) with Python 3.11 in /opt/python, imported as ``tag``."""
+    """A minimal Debian bookworm from this machine's mirror, imported as ``tag``."""
     with tempfile.TemporaryDirectory(prefix="mcpauth-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        strap = ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm"]
         subprocess.run(
-            [*strap, str(rootfs), apt_mirror()],
+            ["debootstrap", *BASE_STRAP, str(rootfs), apt_mirror()],
             check=True,
             capture_output=True,
             timeout=600,
             stdin=subprocess.DEVNULL,
         )
-        subprocess.run(
-            ["chroot", str(rootfs), "/bin/sh", "-c", BASE_SETUP],
-            check=True,
-            capture_output=True,
-            timeout=300,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-        )
+        # neither package lists nor the downloaded packages: each build runs apt-get update
+        for left in [*rootfs.glob("var/lib/apt/lists/*_*"), *rootfs.glob(BASE_CLEAN)]:
+            left.unlink()
         changes = [arg for change in BASE_CHANGES for arg in ("--change", change)]
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         try:
@@ -177,34 +177,52 @@ def build(dockerfile: Path, tag: str, context: Path, *args: str, timeout: float 
     )  # fmt: skip
 
 
+@contextmanager
+def timing(seconds: dict[str, float], step: str) -> Iterator[None]:
+    started = time.monotonic()
+    yield
+    seconds[step] = time.monotonic() - started
+
+
+def mcpauth_images(python_base: str, seconds: dict[str, float]) -> None:
+    """docker/Dockerfile's server and demo-mcp targets on ``python_base``."""
+    with tempfile.TemporaryDirectory(prefix="mcpauth-build-") as tmp:
+        args = ["--build-arg", f"PYTHON_IMAGE={python_base}"]
+        args += ["--secret", f"id=pip_cert,src={ca_bundle(Path(tmp))}"]
+        args += ["--build-arg", "PIP_CERT=/run/secrets/pip_cert"]
+        dockerfile = ROOT / "docker" / "Dockerfile"
+        for target, tag in (("server", SERVER_IMAGE), ("demo-mcp", DEMO_MCP_IMAGE)):
+            with timing(seconds, target):
+                build(dockerfile, tag, ROOT, "--target", target, *args)
+
+
 def ensure_images() -> Images:
     """Every image of the stack, built (or found in the build cache) now."""
     seconds: dict[str, float] = {}
-    started = time.monotonic()
     if registry_reachable():
-        python_base, postgres = PUBLIC_PYTHON, PUBLIC_POSTGRES
-    else:
-        python_base, postgres = base_tag(), POSTGRES_IMAGE
-        if not has_image(python_base):
-            if shutil.which("debootstrap") is None:
-                raise RuntimeError("no registry and no debootstrap: run scripts/ensure-docker.sh")
-            debootstrap_base(python_base)
-    seconds["base"] = time.monotonic() - started
-    with tempfile.TemporaryDirectory(prefix="mcpauth-build-") as tmp:
-        secret = ["--secret", f"id=pip_cert,src={ca_bundle(Path(tmp))}"]
-        secret += ["--build-arg", "PIP_CERT=/run/secrets/pip_cert"]
-        base = ["--build-arg", f"PYTHON_IMAGE={python_base}"]
-        for target, tag in (("server", SERVER_IMAGE), ("demo-mcp", DEMO_MCP_IMAGE)):
-            started = time.monotonic()
-            dockerfile = ROOT / "docker" / "Dockerfile"
-            build(dockerfile, tag, ROOT, "--target", target, *base, *secret)
-            seconds[target] = time.monotonic() - started
-    if postgres == POSTGRES_IMAGE:
-        started = time.monotonic()
-        base = ["--build-arg", f"BASE_IMAGE={python_base}"]
-        build(HERE / "postgres.Dockerfile", POSTGRES_IMAGE, HERE, *base)
-        seconds["postgres"] = time.monotonic() - started
-    return Images(python_base, SERVER_IMAGE, DEMO_MCP_IMAGE, postgres, seconds)
+        mcpauth_images(PUBLIC_PYTHON, seconds)
+        return Images("", PUBLIC_PYTHON, SERVER_IMAGE, DEMO_MCP_IMAGE, PUBLIC_POSTGRES, seconds)
+    debian = base_tag()
+    if not has_image(debian):
+        if shutil.which("debootstrap") is None:
+            raise RuntimeError("no registry and no debootstrap: run scripts/ensure-docker.sh")
+        with timing(seconds, "debootstrap base"):
+            debootstrap_base(debian)
+    base = ["--build-arg", f"BASE_IMAGE={debian}"]
+
+    def python_then_mcpauth() -> None:
+        with timing(seconds, "python base"):
+            build(HERE / "python.Dockerfile", PYTHON_IMAGE, HERE, *base)
+        mcpauth_images(PYTHON_IMAGE, seconds)
+
+    def postgres() -> None:
+        with timing(seconds, "postgres"):
+            build(HERE / "postgres.Dockerfile", POSTGRES_IMAGE, HERE, *base)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two chains download at the same time
+        for done in [pool.submit(python_then_mcpauth), pool.submit(postgres)]:
+            done.result(timeout=1800)
+    return Images(debian, PYTHON_IMAGE, SERVER_IMAGE, DEMO_MCP_IMAGE, POSTGRES_IMAGE, seconds)
 
 
 def main() -> None:
