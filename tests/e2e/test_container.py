@@ -139,11 +139,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert legacy, "no docker-compose: scripts/ensure-docker.sh installs it"
 
     tmp_path = tmp_path_factory.mktemp("container")
+    # the images just built; the server's own HEALTHCHECK, asked every 2 s instead of 10 s so
+    # that the MCP server (which waits for it to be healthy) starts sooner
     override = tmp_path / "compose.images.yaml"
-    services = {"auth": images.server, "mcp": images.demo_mcp, "postgres": images.postgres}
-    override.write_text(
-        json.dumps({"services": {name: {"image": image} for name, image in services.items()}})
-    )
+    services: dict[str, dict[str, Any]] = {
+        "auth": {"image": images.server, "healthcheck": {"interval": "2s"}},
+        "mcp": {"image": images.demo_mcp},
+        "postgres": {"image": images.postgres},
+    }
+    override.write_text(json.dumps({"services": services}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MCPAUTH_", "POSTGRES_"))}
     env |= {"MCPAUTH_SECRET_KEY": SECRET_KEY, "MCPAUTH_DEMO_PASSWORD": DEMO_PASSWORD}
     compose = [legacy, "--project-name", PROJECT, "-f", str(COMPOSE_FILE), "-f", str(override)]
@@ -204,6 +208,7 @@ def test_the_healthchecks_report_healthy_and_only_loopback_ports_are_published(
     auth = stack.inspect("auth")
     assert auth["State"]["Health"]["Status"] == "healthy"
     assert "/health" in " ".join(auth["Config"]["Healthcheck"]["Test"])  # the image's own
+    assert auth["Config"]["Healthcheck"]["Interval"] == 2 * 10**9
     assert auth["State"]["Health"]["Log"][-1]["ExitCode"] == 0
     assert stack.inspect("postgres")["State"]["Health"]["Status"] == "healthy"
     assert stack.inspect("mcp")["HostConfig"]["NetworkMode"] == f"container:{auth['Id']}"
