@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -34,7 +35,8 @@ from .container_images import DOCKER, EXTRA_CAS, Images, ensure_images, image_si
 from .test_clients_in_browser import ChromiumRedirect
 from .test_sdk_oauth_client import MemoryStorage, Traffic, claims, mcp_session, text
 
-pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+# the first test's setup builds the images: a cold build is about 3 minutes on 2 cores
+pytestmark = [pytest.mark.docker, pytest.mark.anyio, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
@@ -45,6 +47,7 @@ RESOURCE = "http://localhost:8000/mcp"
 PORTS = (9000, 8000)
 SECRET_KEY = "container-test-secret-key-0123456789abcdef"
 DEMO_PASSWORD = "container demo password 0123"
+DOCKERD_PID = Path("/var/run/docker.pid")
 UP_TIMEOUT = 180.0  # seconds for the stack to be healthy after `up`
 
 
@@ -123,6 +126,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pytest.skip("no Docker on this machine (MCPAUTH_SKIP_DOCKER=1)")
     seconds: dict[str, float] = {}
     started = time.monotonic()
+    engine_was_running = Path(DOCKER).exists() and docker_run("info", timeout=30).returncode == 0
     ensured = subprocess.run(
         [str(ROOT / "scripts" / "ensure-docker.sh")],
         capture_output=True,
@@ -133,6 +137,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     )
     assert ensured.returncode == 0, f"scripts/ensure-docker.sh: {ensured.stderr}"
     seconds["ensure-docker"] = time.monotonic() - started
+    try:
+        yield from _stack(tmp_path_factory, seconds)
+    finally:
+        if not engine_was_running:  # the dockerd this session started (CI starts its own)
+            stop_dockerd()
+
+
+def stop_dockerd() -> None:
+    """Stop the dockerd named by its pid file (TERM, bounded wait); the images stay on disk."""
+    pid = int(DOCKERD_PID.read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"dockerd ({pid}) did not stop within 60 s")
+
+
+def _stack(tmp_path_factory: pytest.TempPathFactory, seconds: dict[str, float]) -> Iterator[Stack]:
     images = ensure_images()
     seconds |= images.seconds
     legacy = shutil.which("docker-compose")
