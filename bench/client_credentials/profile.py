@@ -129,6 +129,7 @@ def report(n: int, client_id: str, secret: str) -> None:
     import mcpauth
     from mcpauth.server.app import create_app
     from mcpauth.server.clients import authentication
+    from mcpauth.server.clients.directory import NOTHING_LOADED
     from mcpauth.server.config import load_settings
     from mcpauth.server.crypto import matches
     from mcpauth.server.tokens import endpoint as token_endpoint
@@ -140,8 +141,8 @@ def report(n: int, client_id: str, secret: str) -> None:
     auth = "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
     form = {"grant_type": "client_credentials", "resource": RESOURCE, "scope": SCOPE}
     body = urlencode(form).encode()
-    client = ctx.clients.find(ctx.db, client_id)
-    issuance = token_endpoint._handle(ctx, form, auth, "127.0.0.1", None)
+    client = ctx.clients.find(ctx.db, client_id, NOTHING_LOADED)
+    issuance = token_endpoint._handle(ctx, form, auth, "127.0.0.1", None, [], NOTHING_LOADED)
     steps = [
         ("secret digest compare", lambda: matches(secret, client.secret_digest)),
         ("presented_credentials (Basic)", lambda: authentication.presented_credentials(auth, form)),
@@ -157,7 +158,7 @@ def report(n: int, client_id: str, secret: str) -> None:
         ),
         (
             "token._handle (auth + grant)",
-            lambda: token_endpoint._handle(ctx, form, auth, "127.0.0.1", None),
+            lambda: token_endpoint._handle(ctx, form, auth, "127.0.0.1", None, [], NOTHING_LOADED),
         ),
         ("Issuance.response (ES256 signing)", lambda: issuance.response(ctx.keys.signer())),
         ("  of which signer().sign(claims)", lambda: ctx.keys.signer().sign(issuance.claims)),

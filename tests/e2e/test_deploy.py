@@ -212,6 +212,9 @@ def test_the_compose_file_wires_postgres_the_server_and_a_protected_mcp_server()
     assert auth["build"] == {"context": "..", "dockerfile": "docker/Dockerfile", "target": "server"}
     assert mcp["build"]["target"] == "demo-mcp"
     assert mcp["network_mode"] == "service:auth"
+    for service in (auth, mcp):  # tests/e2e/test_container.py shows both run so
+        assert service["read_only"] is True
+        assert service["tmpfs"] == ["/tmp"]
     assert auth["environment"]["MCPAUTH_DATABASE_URL"].startswith("postgresql://")
     assert "@postgres:5432/" in auth["environment"]["MCPAUTH_DATABASE_URL"]
     # every MCPAUTH_* variable is a server setting or one the entry point script reads

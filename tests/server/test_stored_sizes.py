@@ -248,7 +248,7 @@ class Publisher:
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
 
-    def __call__(self, url: str) -> FetchedResponse:
+    async def __call__(self, url: str, address: str) -> FetchedResponse:
         headers = httpx.Headers({"content-type": "application/json"})
         return FetchedResponse(url, 200, headers, json.dumps(self.document).encode())
 

@@ -1,99 +1,136 @@
-"""Blocking calls that must wait for the network hand the wait to the event loop: the worker
-thread is free meanwhile, and the call runs again with the outcome."""
+"""Worker threads never wait for the network: what a request needs from a URL a client named
+is loaded on the event loop first and passed in; a worker thread asked for a document that was
+not loaded refuses at once, without fetching."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import inspect
 import threading
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from types import CodeType
 
 import pytest
+from starlette.applications import Starlette
 
-from mcpauth.server.threads import MAX_SUSPENSIONS, await_on_loop, run_blocking
+from mcpauth.errors import InvalidClient
+from mcpauth.server import threads
+from mcpauth.server.clients.directory import NOTHING_LOADED, ClientDirectory, Loaded, NotLoaded
+from mcpauth.server.clients.ssrf import FetchedResponse
+from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.models import Client
+from mcpauth.server.threads import run_blocking, wait_on_loop
 
-T = TypeVar("T")
-
-
-def on_one_thread(scenario: Callable[[], Awaitable[T]]) -> T:
-    """Run ``scenario`` on a loop whose executor has a single worker thread."""
-
-    async def main() -> T:
-        loop = asyncio.get_running_loop()
-        with ThreadPoolExecutor(max_workers=1) as executor:
-            loop.set_default_executor(executor)
-            return await asyncio.wait_for(scenario(), 10)
-
-    return asyncio.run(main())
+DOCUMENT_URL = "https://app.example.com/client.json"
 
 
-def test_a_call_waiting_for_the_network_holds_no_worker_thread() -> None:
-    async def scenario() -> None:
-        asked, answer = asyncio.Event(), asyncio.Event()
-        runs: list[str] = []
+class Counting:
+    """A fetcher that counts the calls it gets and never answers one."""
 
-        async def slow_host() -> str:
-            asked.set()
-            await answer.wait()
-            return "document"
+    def __init__(self) -> None:
+        self.calls: list[str] = []
 
-        def needs_document() -> str:
-            runs.append(threading.current_thread().name)
-            return await_on_loop("doc", slow_host, lambda: "fetched in the thread")
+    async def aget(self, url: str) -> FetchedResponse:
+        self.calls.append(url)
+        raise AssertionError("a worker thread asked for the network")
 
-        waiting = asyncio.ensure_future(run_blocking(needs_document))
-        await asked.wait()
-        # the only worker thread is free for database work while the host takes its time
-        assert await run_blocking(lambda: "database") == "database"
-        assert not waiting.done()
-        answer.set()
-        assert await waiting == "document"
-        assert len(runs) == 2  # run again from the start, with the outcome at hand
-
-    on_one_thread(scenario)
+    def get(self, url: str) -> FetchedResponse:
+        self.calls.append(url)
+        raise AssertionError("a worker thread asked for the network")
 
 
-def test_a_failed_wait_is_raised_in_the_thread_where_the_caller_handles_it() -> None:
-    async def failing() -> str:
-        raise LookupError("no such document")
+def test_run_blocking_runs_in_a_worker_thread_with_the_callers_context() -> None:
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
 
-    def caller() -> str:
-        try:
-            return await_on_loop("doc", failing, lambda: "unused")
-        except LookupError as exc:
-            return f"handled: {exc}"
+    def where() -> tuple[str, str]:
+        return threading.current_thread().name, request_id.get()
 
-    assert asyncio.run(run_blocking(caller)) == "handled: no such document"
+    async def main() -> tuple[str, str]:
+        request_id.set("r-1")
+        return await run_blocking(where)
 
-
-def test_one_outcome_per_key_is_reused_within_the_call() -> None:
-    started: list[str] = []
-
-    async def fetch() -> str:
-        started.append("fetch")
-        return "document"
-
-    def twice() -> list[str]:
-        return [await_on_loop("doc", fetch, lambda: "unused") for _ in range(2)]
-
-    assert asyncio.run(run_blocking(twice)) == ["document", "document"]
-    assert started == ["fetch"]
+    name, seen = asyncio.run(main())
+    assert name != threading.main_thread().name
+    assert seen == "r-1"
 
 
-def test_suspensions_are_bounded_and_then_the_wait_happens_in_the_thread() -> None:
-    async def fetch() -> str:
-        return "awaited"
-
-    def greedy() -> list[str]:
-        return [await_on_loop(n, fetch, lambda: "blocking") for n in range(MAX_SUSPENSIONS + 2)]
-
-    outcomes = asyncio.run(run_blocking(greedy))
-    assert outcomes == ["awaited"] * MAX_SUSPENSIONS + ["blocking"] * 2
+def test_the_replay_machinery_is_gone() -> None:
+    assert not hasattr(threads, "await_on_loop")
+    assert not hasattr(threads, "NeedsAwait")
+    assert not hasattr(threads, "MAX_SUSPENSIONS")
 
 
-def test_outside_a_server_call_the_blocking_way_is_used() -> None:
-    async def never() -> str:
-        pytest.fail("nothing may be awaited outside run_blocking")
+def _names(code: CodeType) -> set[str]:
+    """The global and attribute names ``code`` (and the functions inside it) refer to."""
+    nested = (c for c in code.co_consts if isinstance(c, CodeType))
+    return set(code.co_names).union(*(_names(c) for c in nested))
 
-    assert await_on_loop("doc", never, lambda: "blocking") == "blocking"
+
+NETWORK = {"gate", "_fetch", "_fetcher", "load_document", "load_keys", "registered", "aget"}
+
+
+def test_no_plain_method_of_the_directory_can_reach_the_network() -> None:
+    # a worker thread calls plain functions; every way to the fetch gate is a coroutine
+    plain = {
+        name: member
+        for name, member in vars(ClientDirectory).items()
+        if inspect.isfunction(member) and not inspect.iscoroutinefunction(member)
+    }
+    assert {"find", "jwks_for", "cached", "forget"} <= plain.keys()
+    reaching = {
+        name: _names(member.__code__) & NETWORK
+        for name, member in plain.items()
+        if name != "__init__" and _names(member.__code__) & NETWORK
+    }
+    assert reaching == {}
+    for name in ("_fetch", "load_document", "load_keys", "registered"):
+        assert inspect.iscoroutinefunction(getattr(ClientDirectory, name))
+
+
+@pytest.fixture
+def directory(app: Starlette) -> tuple[ClientDirectory, Database, Counting]:
+    ctx = app.state.mcpauth
+    fetcher = Counting()
+    ctx.clients._fetcher = fetcher
+    ctx.clients.gate._fetcher = fetcher
+    return ctx.clients, ctx.db, fetcher
+
+
+def test_a_document_not_loaded_is_refused_in_the_worker_thread_without_a_fetch(
+    directory: tuple[ClientDirectory, Database, Counting],
+) -> None:
+    clients, database, fetcher = directory
+
+    async def main() -> None:
+        with pytest.raises(NotLoaded, match="was not loaded"):
+            await run_blocking(clients.find, database, DOCUMENT_URL, NOTHING_LOADED)
+        assert clients.gate.in_flight() == 0
+
+    asyncio.run(main())
+    assert fetcher.calls == []
+
+
+def test_keys_not_loaded_are_refused_in_the_worker_thread_without_a_fetch(
+    directory: tuple[ClientDirectory, Database, Counting],
+) -> None:
+    clients, _, fetcher = directory
+    client = Client(
+        client_id="bot",
+        client_name="Bot",
+        token_endpoint_auth_method="private_key_jwt",
+        jwks_uri="https://keys.example.com/jwks.json",
+    )
+    with pytest.raises(InvalidClient, match="keys changed during the request"):
+        asyncio.run(run_blocking(clients.jwks_for, client, Loaded()))
+    assert fetcher.calls == []
+
+
+def test_wait_on_loop_runs_on_the_callers_loop_from_a_worker_thread() -> None:
+    async def answer() -> str:
+        return "loop" if threading.current_thread() is threading.main_thread() else "elsewhere"
+
+    async def main() -> str:
+        return await run_blocking(wait_on_loop, answer, 5.0)
+
+    assert asyncio.run(main()) == "loop"
+    assert wait_on_loop(answer, 5.0) == "loop"  # outside a server call: run here

@@ -1,6 +1,7 @@
 """The authorization endpoint (OAuth 2.1 §4.1.1): validates the request, then hands the user to
 the interaction pages. Until the client and its redirect URI are known good, errors render a
-page and never redirect (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2; docs/security.md T7)."""
+page and never redirect (RFC 6749 §4.1.2.1, RFC 9700 §4.11.2; docs/security.md T7). A
+metadata-document client is loaded on the event loop before the request's worker thread."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from mcpauth.server.authorization import checks
 from mcpauth.server.browser.outcomes import AuthorizationRequest, error_redirect, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
-from mcpauth.server.clients.directory import requests_from
-from mcpauth.server.clients.metadata_documents import UnacceptableClientMetadata
+from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
+from mcpauth.server.clients.metadata_documents import UnacceptableClientMetadata, is_cimd_client_id
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.clients.redirect_uris import redirect_uri_matches
 from mcpauth.server.context import ServerContext, get_context
@@ -63,9 +64,8 @@ async def _pairs(request: Request, limit: int) -> list[tuple[str, str]]:
     return parse_qsl(request.url.query, keep_blank_values=True)
 
 
-def _client_and_redirect(
-    ctx: ServerContext, params: dict[str, str], repeated: set[str]
-) -> tuple[Client, str]:
+def _named_client(params: dict[str, str], repeated: set[str]) -> str:
+    """The ``client_id`` the request names, once it passed the checks that need no client."""
     if {"client_id", "redirect_uri"} & repeated:
         raise Unredirectable("invalid_request", "client_id and redirect_uri must not be repeated")
     if len(params.get("state", "")) > MAX_STATE_LENGTH:
@@ -76,8 +76,15 @@ def _client_and_redirect(
     client_id = params.get("client_id")
     if not client_id:
         raise Unredirectable("invalid_request", "The client_id parameter is missing")
+    return client_id
+
+
+def _client_and_redirect(
+    ctx: ServerContext, params: dict[str, str], repeated: set[str], loaded: Loaded
+) -> tuple[Client, str]:
+    client_id = _named_client(params, repeated)
     try:
-        client = find_client(ctx, client_id)
+        client = find_client(ctx, client_id, loaded)
     except UnacceptableClientMetadata as exc:  # the client's configuration: shown, not sent
         raise Unredirectable("invalid_client_metadata", exc.description) from exc
     except InvalidClient as exc:  # a metadata document that cannot be used (AS-14: abort)
@@ -145,11 +152,28 @@ def _validate(
     )
 
 
-def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str) -> Response:
-    repeated = repeated_names(pairs)
-    params = {name: value for name, value in pairs if value != ""}
+def _parameters(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], set[str]]:
+    """The request's parameters (empty ones count as absent) and the names it repeats."""
+    return {name: value for name, value in pairs if value != ""}, repeated_names(pairs)
+
+
+async def _load(ctx: ServerContext, pairs: list[tuple[str, str]], address: str) -> Loaded:
+    """On the event loop, before the request's worker thread: the client of a ``client_id``
+    that is a metadata document URL, fetched for the requester at ``address``; nothing when
+    the request is refused before its client is looked up."""
     try:
-        client, redirect_uri = _client_and_redirect(ctx, params, repeated)
+        client_id = _named_client(*_parameters(pairs))
+    except Unredirectable:
+        return NOTHING_LOADED
+    if not is_cimd_client_id(client_id):
+        return NOTHING_LOADED
+    return Loaded({client_id: await ctx.clients.load_document(client_id, address)})
+
+
+def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str, loaded: Loaded) -> Response:
+    params, repeated = _parameters(pairs)
+    try:
+        client, redirect_uri = _client_and_redirect(ctx, params, repeated, loaded)
     except Unredirectable as exc:
         return error_page(exc.error, exc.description)
     state = params.get("state") if "state" not in repeated else None
@@ -176,7 +200,7 @@ async def authorize(request: Request) -> Response:
     except Unredirectable as exc:
         return error_page(exc.error, exc.description)
     browser = await load_session(ctx, request)
-    with requests_from(request.client.host if request.client else "unknown"):
-        response = await run_blocking(_start, ctx, pairs, browser.sid)
+    loaded = await _load(ctx, pairs, request.client.host if request.client else "unknown")
+    response = await run_blocking(_start, ctx, pairs, browser.sid, loaded)
     save_session(ctx, browser, response)
     return response

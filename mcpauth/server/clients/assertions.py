@@ -10,7 +10,7 @@ import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidClient, OAuthError
-from mcpauth.server.clients.directory import ClientDirectory
+from mcpauth.server.clients.directory import ClientDirectory, Loaded
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.operations.logs import audit
@@ -55,17 +55,20 @@ def audiences(settings: Settings, endpoint: str) -> set[str]:
     }
 
 
-def _keys(clients: ClientDirectory, client: Client) -> dict[str, jwt.VerificationKey]:
-    keys = jwt.key_set(clients.jwks_for(client))
+def _keys(
+    clients: ClientDirectory, client: Client, loaded: Loaded
+) -> dict[str, jwt.VerificationKey]:
+    keys = jwt.key_set(clients.jwks_for(client, loaded))
     if not keys:
         raise InvalidClient("The client has no usable public keys")
     return keys
 
 
 def verify_client_assertion(
-    ctx: ServerContext, client: Client, assertion: str, endpoint: str
+    ctx: ServerContext, client: Client, assertion: str, endpoint: str, loaded: Loaded
 ) -> dict[str, Any]:
-    """Check a ``private_key_jwt`` assertion and consume its ``jti``.
+    """Check a ``private_key_jwt`` assertion with the client's keys (inline, or ``loaded``
+    from its ``jwks_uri`` before the worker thread started) and consume its ``jti``.
 
     Raises:
         InvalidClient: bad signature, claims, lifetime, or a replayed ``jti``.
@@ -73,7 +76,7 @@ def verify_client_assertion(
     try:
         claims = jwt.verify(
             assertion,
-            _keys(ctx.clients, client),
+            _keys(ctx.clients, client, loaded),
             issuer=client.client_id,
             audience=None,
             typ=None,

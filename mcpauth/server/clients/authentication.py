@@ -1,19 +1,22 @@
 """Client authentication at the token endpoint (OAuth 2.1 §2.4): exactly one method per
 request, of the kind the client registered (a secret-bearing client may send its secret by
 Basic or in the body, whichever it registered); secrets compared as digests in constant
-time; failures throttled per client and per address (docs/security.md T18, T19)."""
+time; failures throttled per client and per address (docs/security.md T18, T19). What the
+network must give (a metadata document, a ``jwks_uri``'s keys) is loaded on the event loop
+first (:func:`load_client`), then the worker thread authenticates with it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcpauth.errors import InvalidClient, InvalidRequest, TooManyRequests
+from mcpauth.errors import InvalidClient, InvalidRequest, OAuthError, TooManyRequests
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
 from mcpauth.server.clients.assertions import (
     unverified_subject,
     verify_client_assertion,
 )
-from mcpauth.server.clients.directory import requests_from
+from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
+from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, matches
@@ -22,6 +25,7 @@ from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import address_in_key
 from mcpauth.server.storage.database import Session
 from mcpauth.server.storage.models import Client
+from mcpauth.server.threads import run_blocking
 
 CHALLENGE = {"WWW-Authenticate": 'Basic realm="mcpauth", charset="UTF-8"'}
 # Failures are counted per (client, address) and per address, never per client alone: an
@@ -129,11 +133,73 @@ def record_failure(
         throttle.record_failure(session, address_key, now, ADDRESS_FAILURES)
 
 
+async def _locked(
+    ctx: ServerContext, credentials: PresentedCredentials, address: str, now: int
+) -> bool:
+    keys = _keys(credentials, address)
+    wait = ctx.lockouts.cached_retry_after(keys, now)
+    if wait is None:
+        wait = await run_blocking(ctx.lockouts.retry_after, keys, now)
+    return wait != 0
+
+
+async def load_client(
+    ctx: ServerContext, credentials: PresentedCredentials, address: str
+) -> Loaded:
+    """On the event loop, before the request's worker thread: what :func:`authenticate_request`
+    will need from the network for these credentials, fetched for the requester at ``address``:
+    a metadata-document client, and the ``jwks_uri`` keys of a ``private_key_jwt`` client.
+    Nothing is fetched where the worker thread will refuse the request first (an address or
+    client locked out, a client registered for another method); failures are kept for the
+    worker thread to raise (and count) at the point where it needs what failed."""
+    cimd = is_cimd_client_id(credentials.client_id)
+    if not cimd and credentials.method != "private_key_jwt":
+        return NOTHING_LOADED
+    now = ctx.now()
+    if credentials.method != "none" and await _locked(ctx, credentials, address, now):
+        return NOTHING_LOADED
+    documents: dict[str, Client | InvalidClient] = {}
+    client: Client | InvalidClient | None
+    if cimd:
+        client = documents[credentials.client_id] = await ctx.clients.load_document(
+            credentials.client_id, address
+        )
+    else:
+        client = await ctx.clients.registered(ctx.db, credentials.client_id)
+    if (
+        not isinstance(client, Client)
+        or credentials.method != "private_key_jwt"
+        or not method_accepted(client.token_endpoint_auth_method, credentials.method)
+    ):
+        return Loaded(documents)
+    keys = await ctx.clients.load_keys(client, address)
+    if keys is None or client.jwks_uri is None:
+        return Loaded(documents)
+    return Loaded(documents, {client.jwks_uri: keys})
+
+
+async def load_request_client(
+    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+) -> Loaded:
+    """:func:`load_client` for the credentials a request presents; nothing when they are
+    malformed (the worker thread refuses the request)."""
+    try:
+        credentials = presented_credentials(authorization, form)
+    except OAuthError:
+        return NOTHING_LOADED
+    return await load_client(ctx, credentials, address)
+
+
 def authenticate(
-    ctx: ServerContext, credentials: PresentedCredentials, *, now: int, address: str
+    ctx: ServerContext,
+    credentials: PresentedCredentials,
+    *,
+    now: int,
+    address: str,
+    loaded: Loaded,
 ) -> Client:
     """The registered client the credentials prove (reads only; see :func:`record_failure`).
-    A metadata-document client is resolved (and refreshed) from its URL.
+    A metadata-document client is the one ``loaded`` from its URL (and stored).
 
     Raises:
         InvalidClient: unknown client, wrong method or wrong secret (one uniform error).
@@ -144,7 +210,7 @@ def authenticate(
         wait = ctx.lockouts.retry_after(keys, now)
         if wait:
             raise TooManyRequests("Too many failed client authentications", retry_after=wait)
-    client = find_client(ctx, credentials.client_id)
+    client = find_client(ctx, credentials.client_id, loaded)
     method_ok = client is not None and method_accepted(
         client.token_endpoint_auth_method, credentials.method
     )
@@ -171,10 +237,12 @@ def authenticate_request(
     address: str,
     *,
     endpoint: str,
+    loaded: Loaded,
     credentials: PresentedCredentials | None = None,
 ) -> Client:
-    """Authenticate the client of a token, revocation or introspection request
-    (``credentials``: what :func:`presented_credentials` already found in it).
+    """Authenticate the client of a token, revocation or introspection request, in its worker
+    thread, with what :func:`load_client` ``loaded`` for it (``credentials``: what
+    :func:`presented_credentials` already found in it).
 
     Raises:
         InvalidRequest: the request mixes authentication methods.
@@ -184,11 +252,9 @@ def authenticate_request(
     credentials = credentials or presented_credentials(authorization, form)
     now = ctx.now()
     try:
-        # a metadata document or jwks_uri fetched for this request counts against the address
-        with requests_from(address):
-            client = authenticate(ctx, credentials, now=now, address=address)
-            if credentials.method == "private_key_jwt" and credentials.secret is not None:
-                verify_client_assertion(ctx, client, credentials.secret, endpoint)
+        client = authenticate(ctx, credentials, now=now, address=address, loaded=loaded)
+        if credentials.method == "private_key_jwt" and credentials.secret is not None:
+            verify_client_assertion(ctx, client, credentials.secret, endpoint, loaded)
     except InvalidClient:
         with ctx.db.write() as session:
             record_failure(session, credentials, now=now, address=address)

@@ -2,30 +2,34 @@
 client's own URL (kept in the database too, so grants and the account page can name it); and
 where a client's public keys come from (inline JWKS or an SSRF-safe fetch of ``jwks_uri``).
 
-Both fetches are asked for from worker threads but run on the event loop
-(``threads.await_on_loop``), through one :class:`FetchGate`: a host that never answers holds
-no database thread, concurrent requests for one URL share a fetch, caps decline at once what
-would queue, and failures are remembered and counted against the requester's address
-(:func:`requests_from` names it)."""
+Load, then transact: what needs the network is loaded on the event loop (:meth:`load_document`,
+:meth:`load_keys`) before the request's worker thread starts, and handed to it as a
+:class:`Loaded`; the worker thread's :meth:`find` and :meth:`jwks_for` read that and memory,
+and never fetch. Every fetch passes one :class:`FetchGate`: a host that never answers holds no
+database thread, concurrent requests for one URL share a fetch, caps decline at once what would
+queue, and failures are remembered and counted against the requester's address."""
 
 from __future__ import annotations
 
 import json
 import logging
 import ssl
-from collections.abc import Awaitable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.errors import InvalidClient
 from mcpauth.server.clients.fetch_admission import FetchDeclined, FetchGate, FetchLimits
 from mcpauth.server.clients.metadata_documents import (
+    CIMDError,
     MetadataCache,
+    cached_client,
+    check_before_fetch,
+    client_from_response,
+    fetch_failed,
     fetcher_for,
     is_cimd_client_id,
-    resolve_client_metadata_document,
 )
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 from mcpauth.server.config import Settings
@@ -33,24 +37,32 @@ from mcpauth.server.outbound import Outbound
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import get_client, replace_client
 from mcpauth.server.storage.models import Client
-from mcpauth.server.threads import await_on_loop
+from mcpauth.server.threads import run_blocking
+from mcpauth.uris import MalformedURL, parse_url
 
 CLIENT_CACHE_SECONDS = 2.0
 JWKS_CACHE_SECONDS = 300
 JWKS_CACHE_ENTRIES = 1000
 log = logging.getLogger(__name__)
-_requester: ContextVar[str] = ContextVar("mcpauth_requester", default="unknown")
 
 
-@contextmanager
-def requests_from(address: str) -> Iterator[None]:
-    """Fetches started inside (also in worker threads started inside) count against
-    ``address``, the requester's address."""
-    token = _requester.set(address)
-    try:
-        yield
-    finally:
-        _requester.reset(token)
+@dataclass(frozen=True)
+class Loaded:
+    """What the network gave one request, loaded on the event loop before its worker thread
+    starts: metadata-document clients by URL and client key sets by ``jwks_uri``, each or the
+    error to raise in its place (raised in the worker thread, where the failure is counted)."""
+
+    documents: Mapping[str, Client | InvalidClient] = field(default_factory=dict)
+    key_sets: Mapping[str, dict[str, Any] | InvalidClient] = field(default_factory=dict)
+
+
+NOTHING_LOADED = Loaded()
+
+
+class NotLoaded(RuntimeError):
+    """A worker thread needed a client's metadata document that was not loaded before it
+    started. A programming error: the caller must :meth:`ClientDirectory.load_document` on
+    the event loop first; worker threads never fetch."""
 
 
 def _load_client(db: Database, client_id: str) -> Client | None:
@@ -76,35 +88,91 @@ class ClientDirectory:
         )
         self._clients: ExpiringCache[str, Client | None] = ExpiringCache(CLIENT_CACHE_SECONDS)
 
-    def find(self, db: Database, client_id: str) -> Client | None:
-        """The client named ``client_id``; a metadata document URL is resolved (AS-08).
+    # On the event loop: everything that needs the network.
 
-        Raises:
-            CIMDError: the URL's document cannot be fetched or is not valid.
-        """
-        if not is_cimd_client_id(client_id):
-            return self._clients.get_or_load(client_id, lambda: _load_client(db, client_id))
-        client = resolve_client_metadata_document(
-            self._settings, client_id, fetcher=self._fetch, cache=self._documents
-        )
-        with db.write() as session:
-            replace_client(session, client)
-        return client
-
-    def _fetch(self, url: str) -> FetchedResponse:
-        """``url`` fetched on the event loop through the gate (the calling worker thread's
-        call is suspended meanwhile); outside a server request, fetched here.
+    async def _fetch(self, url: str, address: str) -> FetchedResponse:
+        """``url`` fetched through the gate for the requester at ``address``.
 
         Raises:
             FetchError: the fetch failed (now or recently).
             FetchDeclined: a limit is reached.
         """
-        requester = _requester.get()
+        return await self.gate.fetch(url, address)
 
-        def start() -> Awaitable[FetchedResponse]:
-            return self.gate.fetch(url, requester)
+    async def load_document(self, client_id: str, address: str) -> Client | InvalidClient:
+        """The unsaved client a metadata document URL describes, fetched (when not cached)
+        for the requester at ``address``; or the error that refuses it (AS-08). Nothing is
+        fetched for a URL that breaks a rule."""
+        try:
+            parse_url(client_id)
+        except MalformedURL as exc:
+            return InvalidClient(f"The client_id is a {exc}")
+        try:
+            check_before_fetch(self._settings, client_id)
+            cached = cached_client(client_id, self._documents)
+            if cached is not None:
+                return cached
+            try:
+                response = await self._fetch(client_id, address)
+            except (FetchDeclined, FetchError) as exc:
+                raise fetch_failed(exc) from exc
+            return client_from_response(client_id, response, self._documents)
+        except CIMDError as exc:
+            return exc
 
-        return await_on_loop(("fetch", url), start, lambda: self._fetcher.get(url))
+    async def registered(self, db: Database, client_id: str) -> Client | None:
+        """A registered client from memory, or read in a worker thread (and then cached)."""
+        cached = self._clients.get(client_id)
+        if cached is not None:
+            return cached
+        return await run_blocking(
+            self._clients.get_or_load, client_id, lambda: _load_client(db, client_id)
+        )
+
+    async def load_keys(
+        self, client: Client, address: str
+    ) -> dict[str, Any] | InvalidClient | None:
+        """The JWKS at the client's ``jwks_uri`` (cached, else fetched for the requester at
+        ``address``), or the error that refuses it; None when the client has inline keys or
+        no ``jwks_uri`` (:meth:`jwks_for` decides those without the network)."""
+        if client.jwks is not None or client.jwks_uri is None:
+            return None
+        cached = self._jwks.get(client.jwks_uri)
+        if cached is not None:
+            return cached
+        try:
+            document = json.loads((await self._fetch(client.jwks_uri, address)).content)
+        except FetchDeclined as exc:
+            return InvalidClient(f"The client's jwks_uri was not fetched: {exc.message}")
+        except (FetchError, ValueError) as exc:
+            log.warning("jwks_uri %s not usable: %s", client.jwks_uri[:200], exc)
+            return InvalidClient("The client's jwks_uri cannot be fetched")
+        if not isinstance(document, dict):
+            return InvalidClient("The client's jwks_uri does not hold a JWKS")
+        self._jwks.put(client.jwks_uri, document)
+        return document
+
+    # In a worker thread: the database and memory, with what was loaded.
+
+    def find(self, db: Database, client_id: str, loaded: Loaded) -> Client | None:
+        """The client named ``client_id``; a metadata document URL's client comes from
+        ``loaded`` and is stored (AS-08).
+
+        Raises:
+            InvalidClient: the URL's document could not be fetched or is not valid
+                (``CIMDError``), or the URL cannot be parsed.
+            NotLoaded: the URL's document was not loaded before the worker thread started.
+        """
+        if not is_cimd_client_id(client_id):
+            return self._clients.get_or_load(client_id, lambda: _load_client(db, client_id))
+        outcome = loaded.documents.get(client_id)
+        if outcome is None:
+            raise NotLoaded(f"the metadata document of {client_id[:200]!r} was not loaded")
+        if isinstance(outcome, InvalidClient):
+            raise outcome
+        with db.write() as session:
+            replace_client(session, outcome)
+        return outcome
 
     def cached(self, client_id: str) -> Client | None:
         """The registered client from memory only; None if it is not cached (or unknown)."""
@@ -114,27 +182,22 @@ class ClientDirectory:
         """Drop a cached client (after this process changed or deleted it)."""
         self._clients.forget(client_id)
 
-    def jwks_for(self, client: Client) -> dict[str, Any]:
-        """The client's JWKS: registered inline, or fetched from its ``jwks_uri``.
+    def jwks_for(self, client: Client, loaded: Loaded) -> dict[str, Any]:
+        """The client's JWKS: registered inline, or loaded from its ``jwks_uri``.
 
         Raises:
-            InvalidClient: no keys, or ``jwks_uri`` cannot be fetched safely.
+            InvalidClient: no keys, or ``jwks_uri`` could not be fetched safely.
         """
         if client.jwks is not None:
             return client.jwks
         if client.jwks_uri is None:
             raise InvalidClient("The client has no registered keys")
-        cached = self._jwks.get(client.jwks_uri)
-        if cached is not None:
-            return cached
-        try:
-            document = json.loads(self._fetch(client.jwks_uri).content)
-        except FetchDeclined as exc:
-            raise InvalidClient(f"The client's jwks_uri was not fetched: {exc.message}") from exc
-        except (FetchError, ValueError) as exc:
-            log.warning("jwks_uri %s not usable: %s", client.jwks_uri[:200], exc)
-            raise InvalidClient("The client's jwks_uri cannot be fetched") from exc
-        if not isinstance(document, dict):
-            raise InvalidClient("The client's jwks_uri does not hold a JWKS")
-        self._jwks.put(client.jwks_uri, document)
-        return document
+        outcome = loaded.key_sets.get(client.jwks_uri)
+        if outcome is None:
+            outcome = self._jwks.get(client.jwks_uri)
+        if outcome is None:
+            # the client's jwks_uri changed between loading and now: nothing is fetched here
+            raise InvalidClient("The client's keys changed during the request; try again")
+        if isinstance(outcome, InvalidClient):
+            raise outcome
+        return outcome

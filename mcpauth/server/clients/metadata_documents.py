@@ -319,6 +319,53 @@ def _new_client(client_id: str, fields: dict[str, Any], now: float) -> Client:
     return Client(client_id=client_id, source="cimd", created_at=int(now), **copied)
 
 
+def check_before_fetch(settings: Settings, client_id: str) -> None:
+    """Every rule a ``client_id`` URL must pass before its document is fetched.
+
+    Raises:
+        CIMDError: metadata documents are disabled; the URL breaks a CIMD rule (AS-15) or its
+            host is denied (AS-18).
+    """
+    if not settings.cimd_enabled:
+        raise CIMDError("this server does not accept client metadata document URLs")
+    check_client_id_url(client_id)
+    _check_host_policy(settings, client_id)
+
+
+def cached_client(client_id: str, cache: MetadataCache | None) -> Client | None:
+    """A fresh unsaved client from a validated document still in ``cache``; None if none is."""
+    cached = cache.get(client_id) if cache is not None else None
+    return None if cached is None else _new_client(client_id, cached, time.time())
+
+
+def fetch_failed(exc: FetchError | FetchDeclined) -> CIMDError:
+    """The error a requester is given for a fetch that failed or was declined."""
+    if isinstance(exc, FetchDeclined):
+        return CIMDError(exc.message)
+    # Not an oracle: the requester learns that the fetch failed, never which address the
+    # host resolved to or how the connection ended (the log has that).
+    log.warning("client metadata document not fetched: %s", exc.message)
+    return CIMDError(NOT_FETCHED)
+
+
+def client_from_response(
+    client_id: str, response: FetchedResponse, cache: MetadataCache | None
+) -> Client:
+    """The unsaved client the fetched document describes; the document is cached when valid.
+
+    Raises:
+        CIMDError: the document is not JSON, its ``client_id`` is not the URL, or its metadata
+            is invalid.
+    """
+    now = time.time()
+    fields = _client_fields(client_id, _parse(response))
+    # AS-10: only a document that passed every check is cached, for as long as HTTP allows
+    lifetime = cache_lifetime(response.headers, now)
+    if cache is not None and lifetime > 0:
+        cache.put(client_id, fields, expires_at=now + lifetime)
+    return _new_client(client_id, fields, now)
+
+
 def resolve_client_metadata_document(
     settings: Settings,
     client_id: str,
@@ -326,11 +373,11 @@ def resolve_client_metadata_document(
     fetcher: Fetcher | None = None,
     cache: MetadataCache | None = None,
 ) -> Client:
-    """Resolve a URL ``client_id`` to an unsaved ``Client(source="cimd")``.
+    """Resolve a URL ``client_id`` to an unsaved ``Client(source="cimd")``, fetching here.
 
-    Blocking. ``fetcher`` defaults to ``fetcher_for(settings)``; the server passes one that
-    suspends the worker thread's call while the fetch runs on the event loop
-    (``clients/directory.py``). Without ``cache`` every call fetches.
+    Blocking, for the command line and tests: the server never calls it, it fetches on the
+    event loop through its fetch gate (``ClientDirectory.load``) with the same checks.
+    ``fetcher`` defaults to ``fetcher_for(settings)``. Without ``cache`` every call fetches.
 
     Raises:
         CIMDError: metadata documents are disabled; the URL breaks a CIMD rule or its host is
@@ -338,27 +385,13 @@ def resolve_client_metadata_document(
             then be aborted; the description never says how a fetch failed); the
             document is not JSON, its ``client_id`` is not the URL, or its metadata is invalid.
     """
-    if not settings.cimd_enabled:
-        raise CIMDError("this server does not accept client metadata document URLs")
-    check_client_id_url(client_id)
-    _check_host_policy(settings, client_id)
-    now = time.time()
-    cached = cache.get(client_id) if cache is not None else None
+    check_before_fetch(settings, client_id)
+    cached = cached_client(client_id, cache)
     if cached is not None:
-        return _new_client(client_id, cached, now)
+        return cached
     fetch = fetcher or fetcher_for(settings)
     try:
         response = fetch(client_id)
-    except FetchDeclined as exc:
-        raise CIMDError(exc.message) from exc
-    except FetchError as exc:
-        # Not an oracle: the requester learns that the fetch failed, never which address the
-        # host resolved to or how the connection ended (the log has that).
-        log.warning("client metadata document not fetched: %s", exc.message)
-        raise CIMDError(NOT_FETCHED) from exc
-    fields = _client_fields(client_id, _parse(response))
-    # AS-10: only a document that passed every check is cached, for as long as HTTP allows
-    lifetime = cache_lifetime(response.headers, now)
-    if cache is not None and lifetime > 0:
-        cache.put(client_id, fields, expires_at=now + lifetime)
-    return _new_client(client_id, fields, now)
+    except (FetchDeclined, FetchError) as exc:
+        raise fetch_failed(exc) from exc
+    return client_from_response(client_id, response, cache)

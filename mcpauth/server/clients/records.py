@@ -9,8 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 from mcpauth import oauth
-from mcpauth.errors import InvalidClient, InvalidClientMetadata
-from mcpauth.server.clients.metadata_documents import is_cimd_client_id
+from mcpauth.errors import InvalidClientMetadata
+from mcpauth.server.clients.directory import Loaded
 from mcpauth.server.clients.validation import ValidatedClient
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
@@ -18,7 +18,6 @@ from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import admin_client_names, save_client
 from mcpauth.server.storage.models import Client
-from mcpauth.uris import MalformedURL, parse_url
 
 # Token endpoint client authentication methods this server implements (RFC 8414 order).
 AUTH_METHODS = oauth.AUTH_METHODS
@@ -64,18 +63,16 @@ def check_name_is_free(db: Database, name: str, *, client_id: str | None = None)
         )
 
 
-def find_client(ctx: ServerContext, client_id: str) -> Client | None:
-    """The client named ``client_id`` (a metadata document URL is resolved), for every endpoint.
+def find_client(ctx: ServerContext, client_id: str, loaded: Loaded) -> Client | None:
+    """The client named ``client_id``, for every endpoint, in its worker thread: a metadata
+    document URL's client is the one ``loaded`` on the event loop before (see
+    :meth:`ClientDirectory.load_document`, which also checks that the URL parses).
 
     Raises:
         InvalidClient: the ``client_id`` URL cannot be parsed, or its document cannot be used.
+        NotLoaded: a metadata document URL's client was not loaded.
     """
-    if is_cimd_client_id(client_id):
-        try:
-            parse_url(client_id)
-        except MalformedURL as exc:
-            raise InvalidClient(f"The client_id is a {exc}") from exc
-    return ctx.clients.find(ctx.db, client_id)
+    return ctx.clients.find(ctx.db, client_id, loaded)
 
 
 def configuration_uri(settings: Settings, client_id: str) -> str:

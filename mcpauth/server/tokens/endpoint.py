@@ -1,5 +1,8 @@
 """The token endpoint (OAuth 2.1 §3.2): client authentication, then the grant's own module.
-Responses are never cached (RFC 6749 §5.1)."""
+Load, then transact: what the request needs from the network (the client's metadata document
+or keys, a trusted issuer's keys) is awaited on the event loop first; then the request runs in
+one worker thread with it, and fetches nothing there. Responses are never cached (RFC 6749
+§5.1)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from mcpauth.errors import (
 from mcpauth.jwt import compact_json
 from mcpauth.server.clients import authentication
 from mcpauth.server.clients.authentication import PresentedCredentials
+from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
 from mcpauth.server.context import ServerContext
 from mcpauth.server.http_io import (
     ALLOW_ANY_ORIGIN,
@@ -50,8 +54,9 @@ GRANTS = {
     jwt_bearer.GRANT: jwt_bearer.issue,
     token_exchange.GRANT: token_exchange.exchange,
 }
-# A grant's network I/O, awaited on the event loop before the request's worker thread (and its
-# database work) starts: the trusted issuer's keys of a jwt-bearer assertion.
+# A grant's own network I/O, awaited on the event loop before the request's worker thread (and
+# its database work) starts: the trusted issuer's keys of a jwt-bearer assertion. The client's
+# (its metadata document, its jwks_uri) is loaded for every grant (:func:`_load`).
 BEFORE = {
     jwt_bearer.GRANT: jwt_bearer.load_keys,
 }
@@ -105,6 +110,7 @@ def _handle(
     address: str,
     credentials: PresentedCredentials | None,
     proofs: list[str],
+    loaded: Loaded,
 ) -> Issuance:
     grant_type = form.get("grant_type")
     if not grant_type:
@@ -112,17 +118,14 @@ def _handle(
     handler = GRANTS.get(grant_type)
     if handler is None:
         raise UnsupportedGrantType(f"grant_type {grant_type!r} is not supported")
-    if (
-        grant_type == jwt_bearer.GRANT
-        and authorization is None
-        and not (form.keys() & {"client_id", "client_assertion"})
-    ):
-        # a workload token is the whole credential: the client is the one its rule names
-        named = workload.client_for(ctx.settings, form.get("assertion") or "")
-        if named is not None:
-            form, credentials = {**form, "client_id": named}, None
     client = authentication.authenticate_request(
-        ctx, form, authorization, address, endpoint="token", credentials=credentials
+        ctx,
+        form,
+        authorization,
+        address,
+        endpoint="token",
+        loaded=loaded,
+        credentials=credentials,
     )
     if grant_type not in client.grant_types:
         raise UnauthorizedClient(f"The client is not registered for the {grant_type} grant")
@@ -139,10 +142,56 @@ def _respond(
     address: str,
     credentials: PresentedCredentials | None,
     proofs: list[str],
+    loaded: Loaded,
 ) -> bytes:
-    """The whole token request in one worker thread: database, signing and JSON body."""
-    issuance = _handle(ctx, form, authorization, address, credentials, proofs)
+    """The whole token request in one worker thread: database, signing and JSON body, with
+    what :func:`_load` loaded from the network before."""
+    issuance = _handle(ctx, form, authorization, address, credentials, proofs, loaded)
     return compact_json(issuance.response(ctx.keys.signer()))
+
+
+def _as_workload(
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    credentials: PresentedCredentials | None,
+) -> tuple[dict[str, str], PresentedCredentials | None]:
+    """The request's form and credentials, for a jwt-bearer request whose workload token is
+    the whole credential: its client is the one the token's rule names."""
+    if (
+        form.get("grant_type") == jwt_bearer.GRANT
+        and authorization is None
+        and not (form.keys() & {"client_id", "client_assertion"})
+    ):
+        named = workload.client_for(ctx.settings, form.get("assertion") or "")
+        if named is not None:
+            form = {**form, "client_id": named}
+            return form, _credentials(None, form)
+    return form, credentials
+
+
+async def _load(
+    ctx: ServerContext,
+    form: dict[str, str],
+    credentials: PresentedCredentials | None,
+    address: str,
+) -> Loaded:
+    """The request's network I/O, on the event loop before its worker thread: the grant's own
+    (:data:`BEFORE`) and the client's (:func:`authentication.load_client`). Nothing for a
+    grant type the worker thread refuses before it looks at the client.
+
+    Raises:
+        TemporarilyUnavailable: a trusted issuer's keys cannot be loaded now.
+    """
+    grant_type = form.get("grant_type", "")
+    if grant_type not in GRANTS:
+        return NOTHING_LOADED
+    before = BEFORE.get(grant_type)
+    if before is not None:
+        await before(ctx, form, address)
+    if credentials is None:
+        return NOTHING_LOADED
+    return await authentication.load_client(ctx, credentials, address)
 
 
 def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
@@ -214,11 +263,10 @@ class TokenEndpoint:
             # a DPoP proof's jti is recorded in the database: never on the event loop
             body = None if proofs else _answer_from_memory(ctx, form, credentials, address)
             if body is None:
-                before = BEFORE.get(form.get("grant_type", ""))
-                if before is not None:
-                    await before(ctx, form, address)
+                form, credentials = _as_workload(ctx, form, authorization, credentials)
+                loaded = await _load(ctx, form, credentials, address)
                 body = await run_blocking(
-                    _respond, ctx, form, authorization, address, credentials, proofs
+                    _respond, ctx, form, authorization, address, credentials, proofs, loaded
                 )
         except ClientDisconnect:
             return  # nobody left to answer

@@ -10,7 +10,8 @@ from starlette.responses import Response
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError, UnauthorizedClient
-from mcpauth.server.clients.authentication import authenticate_request
+from mcpauth.server.clients.authentication import authenticate_request, load_request_client
+from mcpauth.server.clients.directory import Loaded
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
@@ -79,9 +80,15 @@ def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str,
 
 
 def _handle(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    loaded: Loaded,
 ) -> dict[str, Any]:
-    client = authenticate_request(ctx, form, authorization, address, endpoint="introspect")
+    client = authenticate_request(
+        ctx, form, authorization, address, endpoint="introspect", loaded=loaded
+    )
     if not client.introspect:
         raise UnauthorizedClient("This client may not introspect tokens")
     token = form.get("token")
@@ -94,9 +101,9 @@ async def introspect(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        body = await run_blocking(
-            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
-        )
+        authorization, address = request.headers.get("authorization"), client_ip(request)
+        loaded = await load_request_client(ctx, form, authorization, address)
+        body = await run_blocking(_handle, ctx, form, authorization, address, loaded)
     except OAuthError as error:
         return error_response(error)
     return json_response(body, headers=NO_STORE)

@@ -9,7 +9,8 @@ from starlette.responses import Response
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError
-from mcpauth.server.clients.authentication import authenticate_request
+from mcpauth.server.clients.authentication import authenticate_request, load_request_client
+from mcpauth.server.clients.directory import Loaded
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
@@ -44,9 +45,15 @@ def _revoke_access_token(ctx: ServerContext, client: Client, token: str) -> None
 
 
 def _handle(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+    ctx: ServerContext,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    loaded: Loaded,
 ) -> None:
-    client = authenticate_request(ctx, form, authorization, address, endpoint="revoke")
+    client = authenticate_request(
+        ctx, form, authorization, address, endpoint="revoke", loaded=loaded
+    )
     token = form.get("token")
     if not token:
         raise InvalidRequest("token is required")
@@ -62,9 +69,9 @@ async def revoke(request: Request) -> Response:
     ctx = get_context(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
-        await run_blocking(
-            _handle, ctx, form, request.headers.get("authorization"), client_ip(request)
-        )
+        authorization, address = request.headers.get("authorization"), client_ip(request)
+        loaded = await load_request_client(ctx, form, authorization, address)
+        await run_blocking(_handle, ctx, form, authorization, address, loaded)
     except OAuthError as error:
         return error_response(error)
     return json_response({}, headers=NO_STORE)
