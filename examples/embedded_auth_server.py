@@ -62,7 +62,8 @@ def main() -> None:
     agent = admin.add_client(
         name="example agent",
         grant_types=["client_credentials"],
-        scopes=["notes:read"] + (["gateway:use"] if args.gateway else []),
+        # with a gateway, the agent reaches the notes only through it
+        scopes=["gateway:use"] if args.gateway else ["notes:read"],
     )
     _write(args.credentials, agent)
     if args.gateway and args.gateway_credentials:

@@ -242,6 +242,13 @@ async def test_client_credentials_narrows_what_it_cannot_grant(
         assert "id_token" not in response.json()  # no person, no ID token
     refused = await http.post("/token", data={**form, "scope": "mcp:admin"}, headers=headers)
     assert refused.json()["error"] == "invalid_scope"  # the administrator's list binds
+    # narrowing never turns "none of this resource's scopes" into a token for it
+    other = "http://127.0.0.1:8001/mcp"  # offers other:read, which Bot may not have
+    for asked in (None, "mcp:tools", "claudeai"):
+        data = {**form, "resource": other} | ({"scope": asked} if asked else {})
+        response = await http.post("/token", data=data, headers=headers)
+        assert response.status_code == 400, (asked, response.text)
+        assert response.json()["error"] == "invalid_scope"
 
 
 async def test_the_resource_scopes_of_the_server_itself_cannot_be_registered(

@@ -110,13 +110,18 @@ def scopes_without_refresh(
     not offer are narrowed away (RFC 6749 §3.3), as at the authorization endpoint.
 
     Raises:
-        InvalidScope: a scope of the resource the client may not have.
+        InvalidScope: a scope of the resource the client may not have, or none of the
+            resource's scopes is one the client may have.
     """
     own = [s for s in requested or [] if s in resource.scopes]
-    if not own:
-        return machine_scopes(resource, client)
-    _check_allowed(own, client)
-    return own
+    if own:
+        _check_allowed(own, client)
+        return own
+    fallback = machine_scopes(resource, client)
+    if not fallback and resource.scopes:
+        # narrowing must never turn "none of this resource's scopes" into a token for it
+        raise InvalidScope(f"the client may have no scope of {resource.uri}")
+    return fallback
 
 
 def check_same_resource(requested: str | None, granted: str, difference: str) -> None:
