@@ -13,7 +13,6 @@ from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
-from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import grant_store, identities, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
@@ -30,10 +29,10 @@ class AdminError(ConfigurationError):
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
     """A context on the configured database (upgrading an embedded SQLite one)."""
     engine = make_engine(settings.database_url)
-    if upgrade and engine.dialect.name == "sqlite":
+    if not migrate.is_current(engine):
+        if not (upgrade and engine.dialect.name == "sqlite"):
+            raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
         migrate.upgrade(engine)
-    elif not migrate.is_current(engine):
-        raise AdminError("the database schema is behind: run `mcpauth db upgrade` first")
     return build_context(settings, engine)
 
 
@@ -46,7 +45,7 @@ def add_user(ctx: ServerContext, username: str, password: str) -> dict[str, Any]
     with ctx.db.write() as session:
         if lookups.user_by_name(session, username) is not None:
             raise AdminError(f"user {username!r} already exists")
-        user = lookups.add_user(session, username, hash_password(password), ctx.now())
+        user = lookups.add_user(session, username, ctx.passwords.hash(password), ctx.now())
     return {"id": user.id, "username": user.username}
 
 

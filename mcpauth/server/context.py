@@ -15,6 +15,7 @@ from mcpauth.server.authorization.resources import ResourceCatalog
 from mcpauth.server.clients.directory import ClientDirectory
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
+from mcpauth.server.identity.passwords import Passwords, passwords_at
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
@@ -38,6 +39,7 @@ class ServerContext:
     workload_keys: IdentityProviders  # the keys of the workload platforms' token issuers
     clients: ClientDirectory
     upstream: UpstreamProviders
+    passwords: Passwords  # argon2id at the settings' cost
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
     dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
@@ -79,6 +81,7 @@ def build_context(
         access_token_ttl=settings.access_token_ttl,
         rotation_delay=settings.key_rotation_delay,
         clock=clock,
+        reload_interval=settings.key_reload_interval,
     )
     return ServerContext(
         settings=settings,
@@ -95,6 +98,9 @@ def build_context(
             key=derive_key(secret, f"mcpauth upstream sign-in {settings.issuer}"),
             timeout=settings.upstream_timeout,
             clock=clock,
+        ),
+        passwords=passwords_at(
+            settings.password_hash_time_cost, settings.password_hash_memory_cost
         ),
         upstream_token_key=derive_key(secret, f"mcpauth upstream tokens {settings.issuer}"),
         dpop_nonces=(
