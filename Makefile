@@ -8,10 +8,18 @@ MCP_PORT ?= 8000
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# Bytecode (and pytest's rewritten test modules) cached under .venv, never beside the sources:
+# with PYTHONDONTWRITEBYTECODE (as .ci/run sets it) every xdist worker and every `mcpauth`
+# process a test starts would compile everything again
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
 # pytest-xdist workers: most e2e tests wait on the processes they start, so more workers than
 # the 2 cores of CI's machine pay off (`make test PYTEST_WORKERS=2` to compare)
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+# the unit lane is in-process CPU work: one worker per core and one more
+CHECK_WORKERS ?= 3
 # the lanes (markers, see pyproject.toml and tests/conftest.py): `make check` runs the unit lane
 FAST_LANE := not e2e and not browser and not slow and not postgres
 
@@ -43,7 +51,7 @@ typecheck: $(STAMP)
 
 # The unit lane, in parallel, without coverage.
 pytest-fast: $(STAMP)
-	$(BIN)/pytest $(XDIST) -q -m "$(FAST_LANE)" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(CHECK_WORKERS) -q -m "$(FAST_LANE)" $(PYTEST_ARGS)
 
 # What the tests drive besides Python, installed once before the workers start (never raced by
 # them): Node 22 and the pinned npm packages (Chromium and PostgreSQL need root: .ci/run).
