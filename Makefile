@@ -1,4 +1,5 @@
-# mcpauth: `make run` starts the demo, `make test` runs every check.
+# mcpauth: `make run` starts the demo, `make check` is the fast inner loop (lint, types, the
+# unit lane: about a minute), `make test` runs every check as CI does.
 # `make run AUTH_PORT=9100 MCP_PORT=8100` moves the demo to other ports.
 PY ?= python3
 VENV ?= .venv
@@ -7,7 +8,23 @@ MCP_PORT ?= 8000
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest pytest-postgres conformance bench clean
+# Bytecode (and pytest's rewritten test modules) cached under .venv, never beside the sources:
+# with PYTHONDONTWRITEBYTECODE (as .ci/run sets it) every xdist worker and every `mcpauth`
+# process a test starts would compile everything again
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
+
+# pytest-xdist workers: most e2e tests wait on the processes they start, so more workers than
+# the 2 cores of CI's machine pay off (`make test PYTEST_WORKERS=2` to compare)
+PYTEST_WORKERS ?= 4
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+# the unit lane is in-process CPU work: one worker per core and one more
+CHECK_WORKERS ?= 3
+# the lanes (markers, see pyproject.toml and tests/conftest.py): `make check` runs the unit lane
+FAST_LANE := not e2e and not browser and not slow and not postgres
+
+.PHONY: run check test lint typecheck pytest pytest-fast pytest-postgres test-tools conformance \
+	bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +38,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/mcpauth demo --auth-port $(AUTH_PORT) --mcp-port $(MCP_PORT)
 
+check: lint typecheck pytest-fast
+
 test: lint typecheck pytest
 
 lint: $(STAMP)
@@ -30,17 +49,27 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Every test on SQLite (the e2e PostgreSQL tests start their own server), then the server
-# suite again on PostgreSQL (MCPAUTH_TEST_DATABASE, tests/pg.py); coverage of both combined.
-pytest: $(STAMP)
+# The unit lane, in parallel, without coverage.
+pytest-fast: $(STAMP)
+	$(BIN)/pytest -n $(CHECK_WORKERS) -q -m "$(FAST_LANE)" $(PYTEST_ARGS)
+
+# What the tests drive besides Python, installed once before the workers start (never raced by
+# them): Node 22 and the pinned npm packages (Chromium and PostgreSQL need root: .ci/run).
+test-tools:
+	scripts/ensure-npm-peers.sh >/dev/null
+
+# Every test on SQLite, in parallel (the e2e PostgreSQL tests start a server per worker), then
+# the server suite again on PostgreSQL (MCPAUTH_TEST_DATABASE, tests/pg.py); coverage of both
+# combined (pytest-cov gathers the workers').
+pytest: $(STAMP) test-tools
 	$(BIN)/coverage erase
-	$(BIN)/coverage run -p -m pytest $(PYTEST_ARGS)
-	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/coverage run -p -m pytest -q tests/server $(PYTEST_PG_ARGS)
-	$(BIN)/coverage combine -q
+	$(BIN)/pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
+	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest $(XDIST) -q --cov --cov-append \
+		--cov-report= tests/server $(PYTEST_PG_ARGS)
 	$(BIN)/coverage report --skip-covered --sort=cover | tail -n 25
 
 pytest-postgres: $(STAMP)
-	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest tests/server $(PYTEST_PG_ARGS)
+	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest $(XDIST) tests/server $(PYTEST_PG_ARGS)
 
 conformance: $(STAMP)
 	bash scripts/conformance-client.sh

@@ -1,9 +1,13 @@
 """Fixtures shared by every test package: an in-process authorization server on a fresh
-SQLite file, and an httpx client bound to it over ASGI."""
+SQLite file (a copy of a template migrated once per session), and an httpx client bound to it
+over ASGI. Passwords are hashed at test cost here and in every ``mcpauth`` process the tests
+start (the production cost is checked in tests/server/test_passwords.py)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,63 @@ from .pg import database_url_for, empty_postgres_url, postgres_pool, postgres_se
 
 ISSUER = "http://127.0.0.1:9000"
 TEST_SECRET = "test-secret-key-0123456789abcdef"
+# argon2id at the least cost it accepts: a verification takes microseconds, not 0.2 s
+PASSWORD_COST = {"password_hash_time_cost": 1, "password_hash_memory_cost": 32}
+
+
+# Lanes (markers registered in pyproject.toml): `make check` runs the unit lane, `make test` all.
+E2E_FOLDERS = ("tests/e2e/", "tests/middleware/e2e/", "tests/browser/")
+BROWSER_FOLDERS = ("tests/browser/",)
+SLOW_FILES = (  # load, crash and soak tests: real processes under many concurrent requests
+    "tests/e2e/test_concurrency.py",
+    "tests/e2e/test_crash.py",
+    "tests/e2e/test_cimd_stall.py",
+    "tests/e2e/test_shutdown.py",
+)
+LANES = ("e2e", "browser", "postgres", "slow")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects and pytest-xdist groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test in its lanes by folder; what starts processes keeps each module on one
+    xdist worker (``--dist loadgroup``), so its module and session fixtures start once."""
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix()
+        if path.startswith(E2E_FOLDERS) or item.get_closest_marker("conformance"):
+            item.add_marker(pytest.mark.e2e)
+        if path.startswith(BROWSER_FOLDERS):
+            item.add_marker(pytest.mark.browser)
+        if path in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+        if not any(item.get_closest_marker(lane) for lane in LANES):
+            item.add_marker(pytest.mark.unit)
+        elif item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # every `mcpauth` process a test starts inherits these (tests of the environment pass their
+    # own mapping); a test that wants the production cost passes it explicitly
+    for name, value in PASSWORD_COST.items():
+        os.environ.setdefault(f"MCPAUTH_{name.upper()}", str(value))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated to head once per session (per xdist worker): each test's
+    database starts as a copy of it, so ``create_app`` finds the schema current instead of
+    running every migration again (tests/server/test_migrations.py runs them for real)."""
+    from mcpauth.server.storage import migrate
+    from mcpauth.server.storage.database import make_engine
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "mcpauth.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()  # the last connection checkpoints the WAL into the file
+    return path
 
 
 @pytest.fixture
@@ -29,12 +90,15 @@ def anyio_backend() -> str:
 @pytest.fixture
 def make_settings(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Settings]:
     database_url = database_url_for(request, tmp_path)  # MCPAUTH_TEST_DATABASE=postgresql
+    if database_url.startswith("sqlite:///"):
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "mcpauth.db")
 
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "issuer": ISSUER,
             "database_url": database_url,
             "secret_key": TEST_SECRET,
+            **PASSWORD_COST,
         }
         values.update(overrides)
         return Settings(**values)

@@ -235,6 +235,9 @@ def app(standin: StandIn) -> Starlette:
             Route("/api/v3/user/emails", emails),
             Route("/_standin/api", api_state, methods=["POST"]),
             Route("/_standin/requests", requests),
+            # GitHub serves one; without it Chromium may log the stand-in's 404 on the pages
+            # that follow (it fetches the icon while the account chooser redirects)
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
         ]
     )
 

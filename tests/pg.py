@@ -6,7 +6,9 @@ PostgreSQL refuses to run as root), with durability switched off (the tests kill
 processes, never this server). A template database is migrated to head once; every test that
 asks for a database gets its own copy (``CREATE DATABASE ... TEMPLATE``, a few milliseconds)
 that is dropped afterwards. The server is stopped and its directory removed at the end of the
-session, and it dies with the test process if that is killed (parent-death signal).
+session, and it dies with the test process if that is killed (parent-death signal). Under
+pytest-xdist each worker has its own session, so its own server on its own free port (database
+names carry the worker's process id as well).
 
 ``MCPAUTH_TEST_DATABASE=postgresql`` makes ``make_settings`` (and so every server test) use a
 fresh PostgreSQL database instead of a SQLite file. The server binaries come from

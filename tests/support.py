@@ -18,6 +18,12 @@ import httpx
 VENV_BIN = Path(sys.executable).parent
 MCPAUTH = str(VENV_BIN / "mcpauth")
 ROOT = Path(__file__).resolve().parents[1]
+# argon2id at the production cost, for a process whose test needs sign-ins to be slow (the
+# tests run every other `mcpauth` process at test cost: tests/conftest.py)
+PRODUCTION_PASSWORD_COST = {
+    "MCPAUTH_PASSWORD_HASH_TIME_COST": "3",
+    "MCPAUTH_PASSWORD_HASH_MEMORY_COST": "65536",
+}
 
 
 def ensure_npm_peers() -> Path:

@@ -27,7 +27,6 @@ from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
-from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import grant_store, identities, lookups, migrate
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
@@ -66,7 +65,7 @@ def add_user(ctx: ServerContext, username: str, password: str) -> UserInfo:
     with ctx.db.write() as session:
         if lookups.user_by_name(session, username) is not None:
             raise AdminError(f"user {username!r} already exists")
-        user = lookups.add_user(session, username, hash_password(password), ctx.now())
+        user = lookups.add_user(session, username, ctx.passwords.hash(password), ctx.now())
     return {"id": user.id, "username": user.username}
 
 

@@ -103,6 +103,9 @@ class Settings(BaseModel):
     read gives the deadline so moved as `client_secret_expires_at`."""
     key_rotation_delay: int = Field(default=0, ge=0)
     """Seconds a rotated-in key is published before it signs."""
+    key_reload_interval: float = Field(default=5.0, gt=0, le=300)
+    """Seconds the signing keys are kept in memory before they are read again: replicas pick
+    up a rotation done elsewhere within this long."""
     registration_policy: RegistrationPolicy = "open"
     """Dynamic registration: `open`, `closed`, or `token` (needs `initial_access_token`)."""
     initial_access_token: str | None = None
@@ -113,6 +116,11 @@ class Settings(BaseModel):
     """Failed sign-ins per account before it waits."""
     login_lockout_seconds: int = Field(default=60, ge=1)
     """The first wait after too many failed sign-ins; it doubles with further failures."""
+    password_hash_time_cost: int = Field(default=3, ge=1)
+    """argon2id passes over memory for each password hashed or checked (RFC 9106 §4)."""
+    password_hash_memory_cost: int = Field(default=64 * 1024, ge=32)
+    """KiB of memory argon2id uses for each password hashed or checked; lower only for tests
+    (existing hashes keep the cost they were made with)."""
     trusted_proxies: tuple[str, ...] = ()
     """Addresses whose `X-Forwarded-*` headers are believed (comma-separated in the
     environment)."""

@@ -19,6 +19,7 @@ from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
 from mcpauth.server.identity import key_sets as key_set_rules
 from mcpauth.server.identity.key_sets import KeySets, is_inline, url_host
+from mcpauth.server.identity.passwords import Passwords, passwords_at
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
@@ -44,6 +45,7 @@ class ServerContext:
     key_sets: KeySets  # the one key cache both of them read
     clients: ClientDirectory
     upstream: UpstreamProviders
+    passwords: Passwords  # argon2id at the settings' cost
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
     dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
@@ -110,6 +112,7 @@ def build_context(
         access_token_ttl=settings.access_token_ttl,
         rotation_delay=settings.key_rotation_delay,
         clock=clock,
+        reload_interval=settings.key_reload_interval,
     )
     key_sets = trusted_key_sets(settings, outbound)
     return ServerContext(
@@ -129,6 +132,9 @@ def build_context(
             timeout=settings.upstream_timeout,
             outbound=outbound,
             clock=clock,
+        ),
+        passwords=passwords_at(
+            settings.password_hash_time_cost, settings.password_hash_memory_cost
         ),
         upstream_token_key=derive_key(secret, f"mcpauth upstream tokens {settings.issuer}"),
         dpop_nonces=(

@@ -70,9 +70,12 @@ class AuthServer:
 
 
 @contextmanager
-def auth_server(tmp_path: Path, *, port: int | None = None) -> Iterator[AuthServer]:
+def auth_server(
+    tmp_path: Path, *, port: int | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[AuthServer]:
     """`mcpauth serve` on a fresh SQLite file with user alice and the resource RESOURCE
-    (scopes mcp:read and mcp:write, default mcp:read), stopped when the block ends."""
+    (scopes mcp:read and mcp:write, default mcp:read), stopped when the block ends;
+    ``extra_env`` goes to the server and the admin commands."""
     port = port or free_port()
     issuer = f"http://127.0.0.1:{port}"
     env = {
@@ -80,6 +83,7 @@ def auth_server(tmp_path: Path, *, port: int | None = None) -> Iterator[AuthServ
         # nothing may leak into (or come from) the real per-user data directory
         "XDG_DATA_HOME": str(tmp_path / "data"),
         "HOME": str(tmp_path),
+        **(extra_env or {}),
     }
     server = AuthServer(
         issuer=issuer,

@@ -199,8 +199,10 @@ def test_make_run_starts_the_demo_on_the_ports_given_and_make_test_runs_every_ch
         timeout=30,
         check=True,
     ).stdout
-    for check in ("ruff check .", "ruff format --check .", "mypy", "-m pytest"):
+    # every check, the tests in parallel (pytest-xdist) with coverage, then again on PostgreSQL
+    for check in ("ruff check .", "ruff format --check .", "mypy", "bin/pytest -n", "--cov"):
         assert check in planned
+    assert "MCPAUTH_TEST_DATABASE=postgresql" in planned
 
 
 def test_the_shell_blocks_log_in_print_a_token_step_up_to_mcp_admin_and_log_out(

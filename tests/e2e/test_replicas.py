@@ -43,7 +43,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 RACERS = 20
 ROUNDS = 2
 MAX_FAILURES = 3  # login_max_failures on both replicas (the address limit is 4 times that)
-KEY_RELOAD_BOUND = 20.0  # replicas reload keys every 5 s; allow for a loaded machine
+KEY_RELOAD_INTERVAL = 0.5  # seconds between the replicas' key reloads (5 by default)
+KEY_RELOAD_BOUND = 20.0  # a rotation is published within the interval; allow for a loaded machine
 REDIRECT_URI = "http://127.0.0.1/callback"
 
 
@@ -83,7 +84,10 @@ def replicas(
     try:
         server = cluster(tmp_path_factory.mktemp("replicas"), postgres_server.url(database))
         ports = (server.port, free_port())
-        env = {"MCPAUTH_LOGIN_MAX_FAILURES": str(MAX_FAILURES)}
+        env = {
+            "MCPAUTH_LOGIN_MAX_FAILURES": str(MAX_FAILURES),
+            "MCPAUTH_KEY_RELOAD_INTERVAL": str(KEY_RELOAD_INTERVAL),
+        }
         with replica(server, ports[0], extra_env=env), replica(server, ports[1], extra_env=env):
             yield Replicas(server, ports)
     finally:

@@ -1,6 +1,6 @@
 """Graceful shutdown: SIGTERM lets requests already being served finish before the
-process exits. Sign-ins are the slow requests here (argon2id), so several are in flight when
-the signal arrives."""
+process exits. Sign-ins are the slow requests here (argon2id at the production cost, for this
+server and its user), so several are in flight when the signal arrives."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from ..oauth import forms, pkce_pair
+from ..support import PRODUCTION_PASSWORD_COST
 from .test_authorization_flow import RESOURCE, USERNAME, auth_server
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +42,7 @@ async def _signed_in_pages(
 
 
 def test_sigterm_lets_in_flight_requests_finish(tmp_path: Path) -> None:
-    with auth_server(tmp_path) as server:
+    with auth_server(tmp_path, extra_env=PRODUCTION_PASSWORD_COST) as server:
         client = server.add_client(
             "--name", "web", "--redirect-uri", "http://127.0.0.1/cb", "--auth-method", "none"
         )

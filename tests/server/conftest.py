@@ -10,9 +10,10 @@ from starlette.applications import Starlette
 
 from mcpauth.server import admin
 from mcpauth.server.crypto import new_id
-from mcpauth.server.identity.passwords import hash_password
+from mcpauth.server.identity.passwords import passwords_at
 from mcpauth.server.storage.models import User
 
+from ..conftest import PASSWORD_COST
 from ..oauth import register_public_client
 
 RESOURCE = "http://127.0.0.1:8000/mcp"
@@ -21,8 +22,11 @@ PASSWORD = "correct horse battery"
 
 @pytest.fixture(scope="session")
 def password_hash() -> str:
-    """argon2id is deliberately slow: hash the shared test password once per session."""
-    return hash_password(PASSWORD)
+    """The shared test password, hashed once per session at the settings' test cost."""
+    cost = PASSWORD_COST
+    return passwords_at(cost["password_hash_time_cost"], cost["password_hash_memory_cost"]).hash(
+        PASSWORD
+    )
 
 
 def add_user(app: Starlette, username: str, password_hash: str) -> str:

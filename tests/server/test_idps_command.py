@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -31,7 +32,8 @@ client_secret_env = "CORP_SECRET"
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
+def env(tmp_path: Path, sqlite_template: Path) -> dict[str, str]:
+    shutil.copyfile(sqlite_template, tmp_path / "db.sqlite")  # migrated once per session
     config = tmp_path / "mcpauth.toml"
     config.write_text(FILE)
     config.chmod(0o640)

@@ -18,7 +18,6 @@ from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import client_ip
-from mcpauth.server.identity.passwords import verify_password
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import (
@@ -191,7 +190,7 @@ async def attempt_login(
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
         return locked_page(locked, retry_url, ctx.now())
     user_id, password_hash = await run_blocking(_password_hash, ctx.db, username)
-    if not await verify_password(password, password_hash) or user_id is None:
+    if not await ctx.passwords.verify(password, password_hash) or user_id is None:
         await run_blocking(_fail, ctx, keys)
         audit("login.failure", username=username, address=client_ip(request))
         # the form again, with the error: 200, as a 401 needs a WWW-Authenticate challenge

@@ -3,6 +3,7 @@ they run (:func:`ensure_schema`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Literal
 
@@ -27,7 +28,10 @@ def alembic_config(engine: Engine | None = None) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str | None:
+    """The newest revision of the migrations shipped with the package (read once: loading the
+    scripts costs tens of milliseconds, and ``ensure_schema`` asks on every ``create_app``)."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 

@@ -17,7 +17,7 @@ from mcpauth.server.storage import signing_keys
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import SigningKey
 
-RELOAD_SECONDS = 5.0  # replicas pick up a rotation done elsewhere within this long
+RELOAD_SECONDS = 5.0  # the default: replicas pick up a rotation done elsewhere within this long
 EXPIRY_LEEWAY = 60
 
 
@@ -33,6 +33,7 @@ class KeyManager:
         access_token_ttl: int,
         rotation_delay: int,
         clock: Callable[[], float],
+        reload_interval: float = RELOAD_SECONDS,
     ) -> None:
         self._db = db
         self._fernet = Fernet(fernet_key(secret))
@@ -40,6 +41,7 @@ class KeyManager:
         self._ttl = access_token_ttl
         self._delay = rotation_delay
         self._clock = clock
+        self._reload_interval = reload_interval
         self._lock = threading.Lock()
         self._loaded_at = float("-inf")
         self._signer: jwt.CompactSigner | None = None
@@ -115,16 +117,18 @@ class KeyManager:
 
     def _fresh(self) -> None:
         now = self._clock()
-        if now - self._loaded_at >= RELOAD_SECONDS or now < self._loaded_at:
+        if now - self._loaded_at >= self._reload_interval or now < self._loaded_at:
             with self._lock:
-                if now - self._loaded_at >= RELOAD_SECONDS or now < self._loaded_at:
+                if now - self._loaded_at >= self._reload_interval or now < self._loaded_at:
                     self._reload(now)
 
     def cached_signer(self) -> jwt.CompactSigner | None:
         """:meth:`signer` from memory only; None if the keys would have to be read again."""
         signer, loaded_at = self._signer, self._loaded_at
         now = self._clock()
-        return signer if signer is not None and 0 <= now - loaded_at < RELOAD_SECONDS else None
+        return (
+            signer if signer is not None and 0 <= now - loaded_at < self._reload_interval else None
+        )
 
     def signer(self) -> jwt.CompactSigner:
         self._fresh()
