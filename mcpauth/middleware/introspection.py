@@ -25,7 +25,7 @@ from mcpauth.errors import (
 )
 from mcpauth.middleware._discovery import FetchGate, check_fetch_url, discover_metadata, unavailable
 from mcpauth.middleware._http import AsyncClosing, LazyClient
-from mcpauth.middleware.verifier import VerifiedToken, parse_scope
+from mcpauth.middleware.verifier import VerifiedToken, scope_claim
 from mcpauth.oauth import basic_authorization
 
 __all__ = ["IntrospectionVerifier"]
@@ -125,7 +125,7 @@ class IntrospectionVerifier(AsyncClosing):
         return VerifiedToken(
             subject=subject,
             client_id=client_id,
-            scopes=parse_scope(data.get("scope")),
+            scopes=scope_claim(data.get("scope")),
             expires_at=expires_at,
             issuer=str(data["iss"]) if "iss" in data else self.issuer,
             resource=self.resource,

@@ -42,14 +42,15 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidToken
 from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware.jwks import JWKSCache
+from mcpauth.oauth import parse_scope
 
 __all__ = [
     "JWTVerifier",
     "MultiIssuerVerifier",
     "TokenVerifier",
     "VerifiedToken",
-    "parse_scope",
     "require_token_verifier",
+    "scope_claim",
 ]
 
 DEFAULT_REQUIRED_CLAIMS = ("iss", "exp", "iat", "sub", "client_id", "jti")
@@ -153,7 +154,7 @@ class KeyCacheOptions(TypedDict, total=False):
     clock: Callable[[], float] | None
 
 
-def parse_scope(value: Any) -> tuple[str, ...]:
+def scope_claim(value: Any) -> tuple[str, ...]:
     """Scopes from an RFC 9068 ``scope`` string (or a list, as some servers send).
 
     Raises:
@@ -162,7 +163,7 @@ def parse_scope(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return tuple(dict.fromkeys(value.split()))
+        return tuple(parse_scope(value))
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(dict.fromkeys(value))
     raise InvalidToken("The access token has a malformed scope claim")
@@ -254,7 +255,7 @@ class JWTVerifier(AsyncClosing):
         return VerifiedToken(
             subject=subject,
             client_id=client_id,
-            scopes=parse_scope(claims.get("scope")),
+            scopes=scope_claim(claims.get("scope")),
             expires_at=int(exp) if isinstance(exp, int | float) else None,
             issuer=self.issuer,
             resource=self.audience,
