@@ -155,3 +155,26 @@ def test_the_one_home_rules_see_what_they_forbid() -> None:
     )
     assert sorted(_scope_splits(sample)) == [1, 2]
     assert sorted(_loopback_lists(sample)) == [3, 4]
+
+
+def _wall_time_reads(tree: ast.AST) -> list[int]:
+    """Lines that call ``time.time()`` directly."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "time"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "time"
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for part in ("middleware", "proxy") for p in (PACKAGE / part).rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_the_middleware_and_proxy_read_the_time_through_their_clock(path: Path) -> None:
+    found = _wall_time_reads(ast.parse(path.read_text()))
+    assert not found, f"{path.name} reads time.time() (lines {found}): use the injected clock"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
+from mcpauth.caching import wall_clock
 from mcpauth.errors import ConfigurationError, FetchError, TemporarilyUnavailable
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
@@ -98,7 +98,8 @@ class FetchGate:
     """Keeps a failing authorization server from being stormed: one fetch in flight at a time
     (``lock``; callers that waited on it share the outcome through :meth:`check`), and after a
     failure no new attempt for a growing, bounded delay (``backoff`` doubling up to
-    ``max_backoff``). ``clock`` (seconds; :func:`time.time` by default) is injectable."""
+    ``max_backoff``). ``clock`` (seconds since the epoch; :func:`mcpauth.caching.wall_clock` by
+    default) is injectable, and every time the gate's owner reads goes through :meth:`now`."""
 
     def __init__(
         self,
@@ -111,11 +112,11 @@ class FetchGate:
         self.max_backoff = max_backoff
         self.lock = anyio.Lock()
         self.failures = 0
-        self._clock = clock
+        self._clock = clock or wall_clock
         self._retry_at = float("-inf")
 
     def now(self) -> float:
-        return self._clock() if self._clock is not None else time.time()
+        return self._clock()
 
     def check(self) -> None:
         """Refuse at once while a failure's back-off lasts.

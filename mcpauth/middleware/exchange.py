@@ -14,12 +14,13 @@ clients add --grant-type urn:ietf:params:oauth:grant-type:token-exchange --excha
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 import anyio
 import httpx
 
+from mcpauth.caching import wall_clock
 from mcpauth.errors import FetchError, error_for
 from mcpauth.middleware import identity
 from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
@@ -51,12 +52,14 @@ class TokenExchanger(AsyncClosing):
         token_endpoint: str | None = None,
         http: httpx.AsyncClient | None = None,
         max_entries: int = 1000,
+        clock: Callable[[], float] = wall_clock,
     ) -> None:
         self.issuer = issuer
         self._auth = (client_id, client_secret)
         self._token_endpoint = check_fetch_url(token_endpoint) if token_endpoint else None
         self._http = LazyClient(http)
         self._max_entries = max_entries
+        self._clock = clock
         self._cache: OrderedDict[tuple[bytes, str, str, str], tuple[str, float]] = OrderedDict()
         self._lock = anyio.Lock()
 
@@ -112,7 +115,7 @@ class TokenExchanger(AsyncClosing):
             )
         )
         key = (hashlib.sha256(subject.encode()).digest(), kind, name, target.get("scope", ""))
-        now = time.time()
+        now = self._clock()
         cached = self._cache.get(key)
         if cached is not None and cached[1] > now:
             self._cache.move_to_end(key)

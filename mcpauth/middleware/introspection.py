@@ -10,7 +10,6 @@ window get 503 with ``Retry-After`` at once (:class:`~mcpauth.middleware._discov
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -112,7 +111,7 @@ class IntrospectionVerifier(AsyncClosing):
         return self._to_verified(data)
 
     def _to_verified(self, data: dict[str, Any]) -> VerifiedToken:
-        now = time.time()
+        now = self._gate.now()
         exp = data.get("exp")
         expires_at = int(exp) if isinstance(exp, int | float) else None
         if expires_at is not None and expires_at + self.leeway < now:
