@@ -71,7 +71,7 @@ def parse_scope(value: str | None, *, strict: bool = False) -> list[str]:
     if not value:
         return []
     if strict and not _SCOPE_STRING.fullmatch(value):
-        raise MalformedScope("scope must be space-separated scope tokens")
+        raise MalformedScope("must be space-separated scope tokens")
     return list(dict.fromkeys(value.split()))
 
 

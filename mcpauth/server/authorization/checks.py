@@ -157,7 +157,7 @@ def parse_scope(value: str | None) -> list[str] | None:
     try:
         scopes = oauth.parse_scope(value, strict=True)
     except oauth.MalformedScope as exc:
-        raise InvalidScope(str(exc)) from exc
+        raise InvalidScope(f"scope {exc}") from exc
     if len(scopes) > MAX_SCOPES:
         raise InvalidScope(f"at most {MAX_SCOPES} scopes may be requested")
     return scopes
