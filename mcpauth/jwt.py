@@ -245,6 +245,20 @@ def unverified_header(token: str) -> dict[str, Any]:
         raise InvalidToken("The access token is malformed") from exc
 
 
+def unverified_claims(token: str) -> dict[str, Any]:
+    """The claims of a compact JWS, unverified: for routing only (which issuer, which rule),
+    never trusted for anything else.
+
+    Raises:
+        InvalidToken: not a compact JWS whose payload is a JSON object.
+    """
+    try:
+        claims: dict[str, Any] = pyjwt.decode(token, options={"verify_signature": False})
+    except pyjwt.PyJWTError as exc:
+        raise InvalidToken("The token is malformed") from exc
+    return claims
+
+
 def _key_for(
     header: Mapping[str, Any], keys: Mapping[str, VerificationKey], typ: Iterable[str] | None
 ) -> VerificationKey:

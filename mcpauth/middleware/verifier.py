@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import httpx
-import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidToken
@@ -232,19 +231,18 @@ class JWTVerifier(AsyncClosing):
         return self._to_verified(claims)
 
     def _verify(self, token: str, keys: Mapping[str, jwt.VerificationKey]) -> dict[str, Any]:
-        try:
-            return jwt.verify(
-                token,
-                keys,
-                issuer=self.issuer,
-                # RFC 8707 §2 / MCP RS-09: the audience check is always on.
-                audience=self.audience,
-                typ=self.typ,
-                leeway=self.leeway,
-                required=self.required_claims,
-            )
-        except pyjwt.PyJWTError as exc:  # e.g. an unsupported ``crit`` seen while parsing
-            raise InvalidToken("The access token is invalid") from exc
+        # every PyJWT error (an unsupported ``crit`` seen while parsing, say) comes out of
+        # jwt.verify as an InvalidToken
+        return jwt.verify(
+            token,
+            keys,
+            issuer=self.issuer,
+            # RFC 8707 §2 / MCP RS-09: the audience check is always on.
+            audience=self.audience,
+            typ=self.typ,
+            leeway=self.leeway,
+            required=self.required_claims,
+        )
 
     def _to_verified(self, claims: dict[str, Any]) -> VerifiedToken:
         client_id = claims.get("client_id")
@@ -293,10 +291,10 @@ class MultiIssuerVerifier(AsyncClosing):
         Raises:
             InvalidToken: malformed token or an issuer that is not trusted here.
         """
+        jwt.unverified_header(token)
         try:
-            jwt.unverified_header(token)
-            unverified = pyjwt.decode(token, options={"verify_signature": False})
-        except pyjwt.PyJWTError as exc:
+            unverified = jwt.unverified_claims(token)
+        except InvalidToken as exc:
             raise InvalidToken("The access token is malformed") from exc
         verifier = self.verifiers.get(str(unverified.get("iss")))
         if verifier is None:
