@@ -34,6 +34,7 @@ __all__ = [
     "private_key_to_pem",
     "public_jwk",
     "thumbprint",
+    "unverified_claims",
     "unverified_header",
     "verify",
 ]
