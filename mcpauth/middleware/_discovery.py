@@ -38,6 +38,22 @@ def check_fetch_url(url: str) -> str:
     raise ConfigurationError(f"refusing to fetch {url!r}: https is required")
 
 
+async def capped_body(response: httpx.Response, url: str, limit: int) -> bytes:
+    """The body of a streamed response, refused as soon as it passes ``limit`` bytes: the one
+    response-size rule of every fetch the middleware makes.
+
+    Raises:
+        FetchError: the body is larger than ``limit``.
+        httpx.HTTPError: the transfer failed.
+    """
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise FetchError(f"{url} sent more than {limit} bytes")
+    return bytes(body)
+
+
 async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], httpx.Headers]:
     """GET a JSON object of at most :data:`MAX_DOCUMENT_BYTES`, following no redirects.
 
@@ -52,11 +68,7 @@ async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any],
         ) as response:
             if response.status_code != 200:
                 raise FetchError(f"{url} answered {response.status_code}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body.extend(chunk)
-                if len(body) > MAX_DOCUMENT_BYTES:
-                    raise FetchError(f"{url} sent more than {MAX_DOCUMENT_BYTES} bytes")
+            body = await capped_body(response, url, MAX_DOCUMENT_BYTES)
             headers = response.headers
     except httpx.HTTPError as exc:
         raise FetchError(f"cannot fetch {url}: {type(exc).__name__}") from exc

@@ -14,6 +14,7 @@ clients add --grant-type urn:ietf:params:oauth:grant-type:token-exchange --excha
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -23,7 +24,7 @@ import httpx
 from mcpauth.caching import wall_clock
 from mcpauth.errors import FetchError, error_for
 from mcpauth.middleware import identity
-from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
+from mcpauth.middleware._discovery import capped_body, check_fetch_url, discover_metadata
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.oauth import TOKEN_EXCHANGE
 
@@ -137,15 +138,14 @@ class TokenExchanger(AsyncClosing):
         }
         url = await self._endpoint()
         try:
-            response = await self._http.get().post(
-                url, data=form, auth=self._auth, follow_redirects=False
-            )
+            async with self._http.get().stream(
+                "POST", url, data=form, auth=self._auth, follow_redirects=False
+            ) as response:
+                content = await capped_body(response, url, MAX_RESPONSE_BYTES)
         except httpx.HTTPError as exc:
             raise FetchError(f"cannot reach {url}: {type(exc).__name__}") from exc
-        if len(response.content) > MAX_RESPONSE_BYTES:
-            raise FetchError(f"{url} answered with more than {MAX_RESPONSE_BYTES} bytes")
         try:
-            body = response.json()
+            body = json.loads(content)
         except ValueError as exc:
             raise FetchError(f"{url} answered {response.status_code} without JSON") from exc
         if response.status_code != 200:

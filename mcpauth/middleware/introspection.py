@@ -9,6 +9,7 @@ window get 503 with ``Retry-After`` at once (:class:`~mcpauth.middleware._discov
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,14 @@ from mcpauth.errors import (
     ServerError,
     TemporarilyUnavailable,
 )
-from mcpauth.middleware._discovery import FetchGate, check_fetch_url, discover_metadata, unavailable
+from mcpauth.middleware._discovery import (
+    MAX_DOCUMENT_BYTES,
+    FetchGate,
+    capped_body,
+    check_fetch_url,
+    discover_metadata,
+    unavailable,
+)
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.verifier import VerifiedToken, scope_claim
 from mcpauth.oauth import basic_authorization
@@ -146,20 +154,24 @@ class IntrospectionVerifier(AsyncClosing):
 
     async def _post(self, endpoint: str, token: str) -> dict[str, Any]:
         try:
-            response = await self._client.get().post(
+            async with self._client.get().stream(
+                "POST",
                 endpoint,
                 data={"token": token, "token_type_hint": "access_token"},
                 headers={"Authorization": self._authorization, "Accept": "application/json"},
                 follow_redirects=False,
-            )
+            ) as response:
+                content = await capped_body(response, endpoint, MAX_DOCUMENT_BYTES)
         except httpx.HTTPError as exc:
             raise TemporarilyUnavailable("The introspection endpoint cannot be reached") from exc
+        except FetchError as exc:
+            raise TemporarilyUnavailable("The introspection response is too large") from exc
         if response.status_code in (401, 403):
             raise ServerError("The introspection endpoint refused this resource server")
         if response.status_code != 200:
             raise TemporarilyUnavailable("The introspection endpoint failed")
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError as exc:
             raise TemporarilyUnavailable("The introspection response is not JSON") from exc
         if not isinstance(data, dict):
