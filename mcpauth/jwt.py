@@ -34,6 +34,7 @@ __all__ = [
     "private_key_to_pem",
     "public_jwk",
     "thumbprint",
+    "unverified_claims",
     "unverified_header",
     "verify",
 ]
@@ -243,6 +244,20 @@ def unverified_header(token: str) -> dict[str, Any]:
         return header
     except pyjwt.PyJWTError as exc:
         raise InvalidToken("The access token is malformed") from exc
+
+
+def unverified_claims(token: str) -> dict[str, Any]:
+    """The claims of a compact JWS, unverified: for routing only (which issuer, which rule),
+    never trusted for anything else.
+
+    Raises:
+        InvalidToken: not a compact JWS whose payload is a JSON object.
+    """
+    try:
+        claims: dict[str, Any] = pyjwt.decode(token, options={"verify_signature": False})
+    except pyjwt.PyJWTError as exc:
+        raise InvalidToken("The token is malformed") from exc
+    return claims
 
 
 def _key_for(

@@ -2,7 +2,8 @@
 written once here and imported (the same rule in two places drifts).
 
 - PKCE S256 (RFC 7636 §4.2), HTTP Basic client credentials both ways (RFC 6749 §2.3.1),
-- the scope-token grammar (RFC 6749 §3.3) and the scopes of the authorization server itself,
+- the one scope parser and formatter (:func:`parse_scope`, :func:`format_scope`), the scope-token
+  grammar (RFC 6749 §3.3) and the scopes of the authorization server itself,
 - the names of client authentication methods, grant types and assertion types,
 - the constant-time comparison of two secrets of any text.
 """
@@ -14,6 +15,7 @@ import binascii
 import hashlib
 import hmac
 import re
+from collections.abc import Iterable
 from urllib.parse import quote, unquote_plus
 
 __all__ = [
@@ -26,8 +28,11 @@ __all__ = [
     "SCOPE_TOKEN",
     "SECRET_METHODS",
     "TOKEN_EXCHANGE",
+    "MalformedScope",
     "basic_authorization",
+    "format_scope",
     "parse_basic_authorization",
+    "parse_scope",
     "s256",
     "same_secret",
 ]
@@ -39,11 +44,41 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693 §2.1
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"  # RFC 7523 §2.2
 SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
+# RFC 6749 §3.3: scope tokens and the spaces between them, nothing else
+_SCOPE_STRING = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 OFFLINE_ACCESS = "offline_access"  # OpenID Connect Core §11: a refresh token
 IDENTITY_SCOPES = ("openid", "profile", "email")  # OpenID Connect Core §5.4
 # Characters outside what error, error_description and WWW-Authenticate quoted values may hold
 # (RFC 6749 §5.2: %x20-21 / %x23-5B / %x5D-7E; no quote, no backslash).
 OUTSIDE_ERROR_TEXT = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
+
+
+class MalformedScope(ValueError):
+    """A scope string breaks the RFC 6749 §3.3 grammar; each caller maps it to its own error."""
+
+
+def parse_scope(value: str | None, *, strict: bool = False) -> list[str]:
+    """The scope tokens of a ``scope`` string, in order, each once; ``[]`` for None or blank.
+
+    Lenient by default (any run of whitespace separates tokens: what a token's own ``scope``
+    claim or a token response holds is read, never refused). ``strict`` is the grammar of a
+    request (RFC 6749 §3.3: scope tokens separated by spaces), which the server enforces.
+
+    Raises:
+        MalformedScope: ``strict`` and the value holds a character that is neither a space nor
+            part of a scope token.
+    """
+    if not value:
+        return []
+    if strict and not _SCOPE_STRING.fullmatch(value):
+        raise MalformedScope("must be space-separated scope tokens")
+    return list(dict.fromkeys(value.split()))
+
+
+def format_scope(scopes: Iterable[str]) -> str:
+    """The ``scope`` string of ``scopes`` (RFC 6749 §3.3): space-separated, in the order given,
+    each once."""
+    return " ".join(dict.fromkeys(scopes))
 
 
 def s256(verifier: str) -> str:

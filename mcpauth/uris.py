@@ -26,6 +26,7 @@ __all__ = [
     "is_loopback_host",
     "origin",
     "parse_url",
+    "secure_or_loopback",
     "well_known_url",
 ]
 
@@ -159,7 +160,7 @@ def check_issuer(issuer: str) -> str:
         raise ConfigurationError("issuer must not have a fragment component (RFC 8414 §2)")
     if parts.username is not None or parts.password is not None:
         raise ConfigurationError("issuer must not contain userinfo")
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+    if not secure_or_loopback(parts):
         raise ConfigurationError("an http issuer is allowed only on a loopback host; use https")
     return issuer
 
@@ -188,13 +189,17 @@ def authorization_server_metadata_urls(issuer: str) -> list[str]:
     return urls
 
 
-def secure_or_loopback(url: str) -> bool:
+def secure_or_loopback(url: str | SplitResult) -> bool:
     """True for an https URL with a host, or a plain http one on a loopback host (RFC 8252
-    §7.3, RFC 9700 §2.6); False for anything else, malformed URLs included."""
-    try:
-        parts = parse_url(url)
-    except MalformedURL:
-        return False
+    §7.3, RFC 9700 §2.6); False for anything else, malformed URLs included. The one home of
+    the rule: every part asks here (``url`` may be a string or what :func:`parse_url` gave)."""
+    if isinstance(url, SplitResult):
+        parts = url
+    else:
+        try:
+            parts = parse_url(url)
+        except MalformedURL:
+            return False
     scheme, host = parts.scheme.lower(), parts.hostname
     return (scheme == "https" and bool(host)) or (scheme == "http" and is_loopback_host(host))
 

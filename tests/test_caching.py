@@ -55,7 +55,7 @@ def test_directives_are_case_insensitive_and_unquoted() -> None:
 )
 def test_jwks_lifetime_keeps_keys_within_its_bounds(cache_control: str, seconds: float) -> None:
     headers = httpx.Headers({"cache-control": cache_control} if cache_control else {})
-    assert jwks_lifetime(headers, default=300.0, floor=30.0, ceiling=86400.0) == seconds
+    assert jwks_lifetime(headers, now=NOW, default=300.0, floor=30.0, ceiling=86400.0) == seconds
 
 
 class _Clock:

@@ -86,3 +86,95 @@ def test_t18_only_same_secret_calls_compare_digest(path: Path) -> None:
         and (node.attr if isinstance(node, ast.Attribute) else node.id) == "compare_digest"
     ]
     assert calls == [], "compare secrets with mcpauth.oauth.same_secret"
+
+
+# One home per rule: scope strings are split only by mcpauth.oauth.parse_scope, and loopback is
+# decided only by mcpauth.uris.is_loopback_host (docs/architecture.md, "One stack per concern").
+_SCOPE_NAMES = ("scope",)
+_LOOPBACK_LITERALS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def _all_names(node: ast.AST) -> list[str]:
+    """Every name and attribute in an expression (``(scope or "")`` names ``scope``)."""
+    return [n for sub in ast.walk(node) for n in _names(sub) if not isinstance(sub, ast.Call)]
+
+
+def _scope_splits(tree: ast.AST) -> list[int]:
+    """Lines that call ``.split(...)`` on something named like a scope."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("split", "rsplit")
+        and any(
+            word in name.lower() for name in _all_names(node.func.value) for word in _SCOPE_NAMES
+        )
+    ]
+
+
+def _loopback_lists(tree: ast.AST) -> list[int]:
+    """Lines holding a collection of two or more loopback host literals."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Tuple | ast.List | ast.Set)
+        and sum(
+            isinstance(item, ast.Constant) and item.value in _LOOPBACK_LITERALS
+            for item in node.elts
+        )
+        >= 2
+    ]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_oauth_module_splits_scope_strings(path: Path) -> None:
+    if path == PACKAGE / "oauth.py":
+        return
+    found = _scope_splits(ast.parse(path.read_text()))
+    assert not found, f"{path.name} splits a scope string itself (lines {found}): use parse_scope"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_uris_module_says_what_loopback_is(path: Path) -> None:
+    if path == PACKAGE / "uris.py":
+        return
+    found = _loopback_lists(ast.parse(path.read_text()))
+    assert not found, (
+        f"{path.name} lists loopback hosts itself (lines {found}): use is_loopback_host"
+    )
+
+
+def test_the_one_home_rules_see_what_they_forbid() -> None:
+    sample = ast.parse(
+        "a = client.scope.split()\n"
+        "b = (scope or '').split(' ')\n"
+        "c = host in ('localhost', '127.0.0.1')\n"
+        "d = {'::1', 'localhost'}\n"
+        "e = name.split()\n"
+    )
+    assert sorted(_scope_splits(sample)) == [1, 2]
+    assert sorted(_loopback_lists(sample)) == [3, 4]
+
+
+def _wall_time_reads(tree: ast.AST) -> list[int]:
+    """Lines that call ``time.time()`` directly."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "time"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "time"
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for part in ("middleware", "proxy") for p in (PACKAGE / part).rglob("*.py")),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_the_middleware_and_proxy_read_the_time_through_their_clock(path: Path) -> None:
+    found = _wall_time_reads(ast.parse(path.read_text()))
+    assert not found, f"{path.name} reads time.time() (lines {found}): use the injected clock"

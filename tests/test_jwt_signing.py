@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
+from pathlib import Path
 
 import jwt as pyjwt
 import pytest
@@ -90,3 +92,23 @@ def test_a_tampered_payload_fails_verification() -> None:
             algorithms=["ES256"],
             options={"verify_aud": False, "verify_exp": False},
         )
+
+
+def test_only_the_shared_jose_modules_import_pyjwt() -> None:
+    """PyJWT is the JOSE library; every other module goes through mcpauth.jwt or mcpauth.dpop
+    (docs/architecture.md, "One stack per concern")."""
+    package = Path(__file__).resolve().parents[1] / "mcpauth"
+    found = []
+    for path in package.rglob("*.py"):
+        if path.name in ("jwt.py", "dpop.py") and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            found += [str(path.relative_to(package)) for n in names if n.split(".")[0] == "jwt"]
+    assert not found, f"these import PyJWT directly: {found}"

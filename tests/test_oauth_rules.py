@@ -6,7 +6,15 @@ import base64
 
 import pytest
 
-from mcpauth.oauth import basic_authorization, parse_basic_authorization, s256, same_secret
+from mcpauth.oauth import (
+    MalformedScope,
+    basic_authorization,
+    format_scope,
+    parse_basic_authorization,
+    parse_scope,
+    s256,
+    same_secret,
+)
 from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
 
 
@@ -95,3 +103,36 @@ def test_metadata_urls_in_the_mcp_order() -> None:
         "https://as.example/.well-known/openid-configuration/tenant1",
         "https://as.example/tenant1/.well-known/openid-configuration",
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "scopes"),
+    [
+        (None, []),
+        ("", []),
+        ("   ", []),
+        ("read", ["read"]),
+        ("read  write read", ["read", "write"]),
+        (" write read ", ["write", "read"]),
+    ],
+)
+def test_a_scope_string_parses_to_its_tokens_in_order_each_once(
+    value: str | None, scopes: list[str]
+) -> None:
+    assert parse_scope(value) == scopes
+    assert parse_scope(value, strict=True) == scopes
+
+
+def test_the_lenient_scope_parser_reads_any_whitespace() -> None:
+    assert parse_scope("read\twrite\nadmin") == ["read", "write", "admin"]
+
+
+@pytest.mark.parametrize("value", ["read\twrite", 'a"b', "a\\b", "caf\u00e9", "a\x00"])
+def test_the_strict_scope_parser_refuses_what_rfc_6749_forbids(value: str) -> None:
+    with pytest.raises(MalformedScope):
+        parse_scope(value, strict=True)
+
+
+def test_format_scope_keeps_order_and_drops_repeats() -> None:
+    assert format_scope(["b", "a", "b"]) == "b a"
+    assert format_scope([]) == ""

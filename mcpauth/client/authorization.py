@@ -10,7 +10,7 @@ from mcpauth.client.discovery import check_url
 from mcpauth.client.errors import AuthorizationFailed
 from mcpauth.client.pkce import PKCE, new_state, require_s256
 from mcpauth.metadata import AuthorizationServerMetadata
-from mcpauth.oauth import same_secret
+from mcpauth.oauth import format_scope, same_secret
 
 OFFLINE_ACCESS = "offline_access"
 
@@ -51,7 +51,7 @@ def select_scope(
         return None  # MCP: omit scope when nothing defines it
     if offline_access and OFFLINE_ACCESS in (as_scopes or []) and OFFLINE_ACCESS not in ordered:
         ordered.append(OFFLINE_ACCESS)
-    return " ".join(ordered)
+    return format_scope(ordered)
 
 
 def build_authorization(

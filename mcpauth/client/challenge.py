@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mcpauth.oauth import parse_scope
+
 # token68 or auth-param: name = token / quoted-string (RFC 9110 §11.2)
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _QUOTED = r'"(?:[^"\\]|\\.)*"'
@@ -33,7 +35,7 @@ class BearerChallenge:
 
     @property
     def scopes(self) -> list[str]:
-        return (self.scope or "").split()
+        return parse_scope(self.scope)
 
     @property
     def resource_metadata(self) -> str | None:

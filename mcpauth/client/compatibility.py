@@ -13,19 +13,21 @@ server's own scope names), and take S256 as supported. The default changes nothi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from mcpauth.oauth import SCOPE_TOKEN, MalformedScope, format_scope, parse_scope
+
 # scopes of OpenID Connect itself: never prefixed (they are the server's own, not the API's)
 OPENID_SCOPES = frozenset({"openid", "profile", "email", "address", "phone", "offline_access"})
-_SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
 
 
 def _check_scopes(value: str, what: str) -> None:
-    if any(not _SCOPE_TOKEN.match(token) for token in value.split()):
-        raise ValueError(f"{what} is not a list of scope tokens: {value!r}")
+    try:
+        parse_scope(value, strict=True)
+    except MalformedScope:
+        raise ValueError(f"{what} is not a list of scope tokens: {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,10 @@ class ServerCompatibility:
         if isinstance(self.scope_map, str):
             raise TypeError("scope_map maps each MCP scope to the server's scope")
         for name, value in self.scope_map.items():
-            if not _SCOPE_TOKEN.match(name):
+            if not SCOPE_TOKEN.match(name):
                 raise ValueError(f"a scope_map key is one scope, not {name!r}")
             _check_scopes(value, f"scope_map[{name!r}]")
-        if self.scope_prefix and not _SCOPE_TOKEN.match(self.scope_prefix):
+        if self.scope_prefix and not SCOPE_TOKEN.match(self.scope_prefix):
             raise ValueError(
                 f"scope_prefix has characters no scope may have: {self.scope_prefix!r}"
             )
@@ -90,29 +92,31 @@ class ServerCompatibility:
         if not scope:
             return scope
         sent: list[str] = []
-        for token in scope.split():
+        for token in parse_scope(scope):
             if token in self.scope_map:
-                sent += self.scope_map[token].split()
+                sent += parse_scope(self.scope_map[token])
             elif token in OPENID_SCOPES or not self.scope_prefix:
                 sent.append(token)
             else:
                 sent.append(self.scope_prefix + token)
-        return " ".join(dict.fromkeys(sent)) or None
+        return format_scope(sent) or None
 
     def scope_in(self, scope: str | None) -> str | None:
         """The server's scopes (a token response's ``scope``) back as MCP scopes."""
         if not scope or not (self.scope_map or self.scope_prefix):
             return scope
-        back = {value: name for name, value in self.scope_map.items() if len(value.split()) == 1}
+        back = {
+            value: name for name, value in self.scope_map.items() if len(parse_scope(value)) == 1
+        }
         named: list[str] = []
-        for token in scope.split():
+        for token in parse_scope(scope):
             if token in back:
                 named.append(back[token])
             elif self.scope_prefix and token.startswith(self.scope_prefix):
                 named.append(token[len(self.scope_prefix) :])
             else:
                 named.append(token)
-        return " ".join(dict.fromkeys(named))
+        return format_scope(named)
 
     def token_form(self, form: dict[str, str]) -> dict[str, str]:
         """A token request's form with ``resource`` and ``scope`` as this server takes them."""

@@ -71,6 +71,7 @@ from mcpauth.client.tokens import (
     refresh_form,
     token_request,
 )
+from mcpauth.oauth import OFFLINE_ACCESS, parse_scope
 from mcpauth.uris import canonical_resource
 
 __all__ = [
@@ -269,7 +270,7 @@ class OAuthFlow:
             as_scopes=metadata.scopes_supported if metadata else None,
             offline_access=isinstance(grant, AuthorizationCodeGrant) and grant.offline_access,
         )
-        self.requested = [s for s in (scope or "").split() if s != "offline_access"]
+        self.requested = [s for s in parse_scope(scope) if s != OFFLINE_ACCESS]
         return scope
 
     def _client(self, discovery: Discovery, redirect_uri: str | None) -> Flow:
@@ -455,7 +456,7 @@ class OAuthFlow:
         elif self.tokens is not None and self.config.policy.dpop == "required":
             self.tokens = None  # Bearer tokens of an earlier run: not what is asked for now
         if self.tokens and self.tokens.scope:
-            self.requested = list(dict.fromkeys([*self.requested, *self.tokens.scope.split()]))
+            self.requested = list(dict.fromkeys([*self.requested, *parse_scope(self.tokens.scope)]))
 
     def _stored_client(self, discovery: Discovery) -> Flow:
         configured = self.config.credentials
@@ -477,7 +478,7 @@ class OAuthFlow:
 
 def _may_gain(tokens: TokenSet | None, challenge: BearerChallenge) -> bool:
     """Whether re-authorizing could add a challenged scope the token lacks (CL-14)."""
-    granted = set((tokens.scope or "").split()) if tokens else set()
+    granted = set(parse_scope(tokens.scope)) if tokens else set()
     return not challenge.scopes or not set(challenge.scopes) <= granted
 
 

@@ -6,15 +6,29 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from mcpauth.asgi import BodyIncomplete, BodyTooLarge, read_capped_body
+
+__all__ = [
+    "ASGIApp",
+    "BodyTooLarge",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "first_header",
+    "header_values",
+    "jsonrpc_error",
+    "read_body",
+    "refuse_websocket",
+    "replay",
+    "send_json",
+]
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class BodyTooLarge(Exception):
-    """The request body is larger than the configured bound."""
 
 
 def header_values(scope: Scope, name: bytes) -> list[bytes]:
@@ -61,17 +75,10 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     Raises:
         BodyTooLarge: the body exceeds ``limit``.
     """
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        body.extend(message.get("body", b""))
-        if len(body) > limit:
-            raise BodyTooLarge
-        if not message.get("more_body", False):
-            break
-    return bytes(body)
+    try:
+        return await read_capped_body(receive, limit)
+    except BodyIncomplete as exc:
+        return exc.partial  # the app sees the disconnect on its own next receive
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

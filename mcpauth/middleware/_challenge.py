@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from mcpauth.errors import InsufficientScope, OAuthError
 from mcpauth.middleware._asgi import Send, send_json
 from mcpauth.middleware.sender_constraint import DPoP, NonceNeeded, ProofRefused, SchemeRefused
-from mcpauth.oauth import OUTSIDE_ERROR_TEXT
+from mcpauth.oauth import OUTSIDE_ERROR_TEXT, format_scope
 
 # RFC 6750 §3: error_description and scope exclude '"' and '\'.
 
@@ -22,7 +22,7 @@ def _quoted(value: str) -> str:
 
 def scope_string(scopes: Iterable[str]) -> str:
     """Space-separated, de-duplicated, in a stable (sorted) order."""
-    return " ".join(sorted(set(scopes)))
+    return format_scope(sorted(set(scopes)))
 
 
 def challenge(

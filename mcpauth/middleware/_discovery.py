@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
+from mcpauth.caching import wall_clock
 from mcpauth.errors import ConfigurationError, FetchError, TemporarilyUnavailable
 from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.uris import authorization_server_metadata_urls, secure_or_loopback
@@ -38,6 +38,22 @@ def check_fetch_url(url: str) -> str:
     raise ConfigurationError(f"refusing to fetch {url!r}: https is required")
 
 
+async def capped_body(response: httpx.Response, url: str, limit: int) -> bytes:
+    """The body of a streamed response, refused as soon as it passes ``limit`` bytes: the one
+    response-size rule of every fetch the middleware makes.
+
+    Raises:
+        FetchError: the body is larger than ``limit``.
+        httpx.HTTPError: the transfer failed.
+    """
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise FetchError(f"{url} sent more than {limit} bytes")
+    return bytes(body)
+
+
 async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], httpx.Headers]:
     """GET a JSON object of at most :data:`MAX_DOCUMENT_BYTES`, following no redirects.
 
@@ -52,11 +68,7 @@ async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any],
         ) as response:
             if response.status_code != 200:
                 raise FetchError(f"{url} answered {response.status_code}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body.extend(chunk)
-                if len(body) > MAX_DOCUMENT_BYTES:
-                    raise FetchError(f"{url} sent more than {MAX_DOCUMENT_BYTES} bytes")
+            body = await capped_body(response, url, MAX_DOCUMENT_BYTES)
             headers = response.headers
     except httpx.HTTPError as exc:
         raise FetchError(f"cannot fetch {url}: {type(exc).__name__}") from exc
@@ -98,7 +110,8 @@ class FetchGate:
     """Keeps a failing authorization server from being stormed: one fetch in flight at a time
     (``lock``; callers that waited on it share the outcome through :meth:`check`), and after a
     failure no new attempt for a growing, bounded delay (``backoff`` doubling up to
-    ``max_backoff``). ``clock`` (seconds; :func:`time.time` by default) is injectable."""
+    ``max_backoff``). ``clock`` (seconds since the epoch; :func:`mcpauth.caching.wall_clock` by
+    default) is injectable, and every time the gate's owner reads goes through :meth:`now`."""
 
     def __init__(
         self,
@@ -111,11 +124,11 @@ class FetchGate:
         self.max_backoff = max_backoff
         self.lock = anyio.Lock()
         self.failures = 0
-        self._clock = clock
+        self._clock = clock or wall_clock
         self._retry_at = float("-inf")
 
     def now(self) -> float:
-        return self._clock() if self._clock is not None else time.time()
+        return self._clock()
 
     def check(self) -> None:
         """Refuse at once while a failure's back-off lasts.

@@ -30,8 +30,8 @@ from mcpauth.middleware._sdk import access_token
 from mcpauth.middleware.verifier import (
     TokenVerifier,
     VerifiedToken,
-    parse_scope,
     require_token_verifier,
+    scope_claim,
 )
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def verified_from(result: Any, resource: str, *, audience_checked: bool = False)
     return VerifiedToken(
         subject=getattr(result, "subject", None) or claims.get("sub"),
         client_id=client_id,
-        scopes=parse_scope(list(scopes)),
+        scopes=scope_claim(list(scopes)),
         expires_at=expires_at if isinstance(expires_at, int) else None,
         issuer=claims.get("iss") if isinstance(claims.get("iss"), str) else None,
         resource=resource,

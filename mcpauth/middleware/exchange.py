@@ -14,15 +14,17 @@ clients add --grant-type urn:ietf:params:oauth:grant-type:token-exchange --excha
 from __future__ import annotations
 
 import hashlib
-import time
+import json
 from collections import OrderedDict
+from collections.abc import Callable
 
 import anyio
 import httpx
 
+from mcpauth.caching import wall_clock
 from mcpauth.errors import FetchError, error_for
 from mcpauth.middleware import identity
-from mcpauth.middleware._discovery import check_fetch_url, discover_metadata
+from mcpauth.middleware._discovery import capped_body, check_fetch_url, discover_metadata
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.oauth import TOKEN_EXCHANGE
 
@@ -51,12 +53,14 @@ class TokenExchanger(AsyncClosing):
         token_endpoint: str | None = None,
         http: httpx.AsyncClient | None = None,
         max_entries: int = 1000,
+        clock: Callable[[], float] = wall_clock,
     ) -> None:
         self.issuer = issuer
         self._auth = (client_id, client_secret)
         self._token_endpoint = check_fetch_url(token_endpoint) if token_endpoint else None
         self._http = LazyClient(http)
         self._max_entries = max_entries
+        self._clock = clock
         self._cache: OrderedDict[tuple[bytes, str, str, str], tuple[str, float]] = OrderedDict()
         self._lock = anyio.Lock()
 
@@ -112,7 +116,7 @@ class TokenExchanger(AsyncClosing):
             )
         )
         key = (hashlib.sha256(subject.encode()).digest(), kind, name, target.get("scope", ""))
-        now = time.time()
+        now = self._clock()
         cached = self._cache.get(key)
         if cached is not None and cached[1] > now:
             self._cache.move_to_end(key)
@@ -134,15 +138,14 @@ class TokenExchanger(AsyncClosing):
         }
         url = await self._endpoint()
         try:
-            response = await self._http.get().post(
-                url, data=form, auth=self._auth, follow_redirects=False
-            )
+            async with self._http.get().stream(
+                "POST", url, data=form, auth=self._auth, follow_redirects=False
+            ) as response:
+                content = await capped_body(response, url, MAX_RESPONSE_BYTES)
         except httpx.HTTPError as exc:
             raise FetchError(f"cannot reach {url}: {type(exc).__name__}") from exc
-        if len(response.content) > MAX_RESPONSE_BYTES:
-            raise FetchError(f"{url} answered with more than {MAX_RESPONSE_BYTES} bytes")
         try:
-            body = response.json()
+            body = json.loads(content)
         except ValueError as exc:
             raise FetchError(f"{url} answered {response.status_code} without JSON") from exc
         if response.status_code != 200:

@@ -9,8 +9,8 @@ window get 503 with ``Retry-After`` at once (:class:`~mcpauth.middleware._discov
 
 from __future__ import annotations
 
+import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +23,16 @@ from mcpauth.errors import (
     ServerError,
     TemporarilyUnavailable,
 )
-from mcpauth.middleware._discovery import FetchGate, check_fetch_url, discover_metadata, unavailable
+from mcpauth.middleware._discovery import (
+    MAX_DOCUMENT_BYTES,
+    FetchGate,
+    capped_body,
+    check_fetch_url,
+    discover_metadata,
+    unavailable,
+)
 from mcpauth.middleware._http import AsyncClosing, LazyClient
-from mcpauth.middleware.verifier import VerifiedToken, parse_scope
+from mcpauth.middleware.verifier import VerifiedToken, scope_claim
 from mcpauth.oauth import basic_authorization
 
 __all__ = ["IntrospectionVerifier"]
@@ -112,7 +119,7 @@ class IntrospectionVerifier(AsyncClosing):
         return self._to_verified(data)
 
     def _to_verified(self, data: dict[str, Any]) -> VerifiedToken:
-        now = time.time()
+        now = self._gate.now()
         exp = data.get("exp")
         expires_at = int(exp) if isinstance(exp, int | float) else None
         if expires_at is not None and expires_at + self.leeway < now:
@@ -125,7 +132,7 @@ class IntrospectionVerifier(AsyncClosing):
         return VerifiedToken(
             subject=subject,
             client_id=client_id,
-            scopes=parse_scope(data.get("scope")),
+            scopes=scope_claim(data.get("scope")),
             expires_at=expires_at,
             issuer=str(data["iss"]) if "iss" in data else self.issuer,
             resource=self.resource,
@@ -147,20 +154,24 @@ class IntrospectionVerifier(AsyncClosing):
 
     async def _post(self, endpoint: str, token: str) -> dict[str, Any]:
         try:
-            response = await self._client.get().post(
+            async with self._client.get().stream(
+                "POST",
                 endpoint,
                 data={"token": token, "token_type_hint": "access_token"},
                 headers={"Authorization": self._authorization, "Accept": "application/json"},
                 follow_redirects=False,
-            )
+            ) as response:
+                content = await capped_body(response, endpoint, MAX_DOCUMENT_BYTES)
         except httpx.HTTPError as exc:
             raise TemporarilyUnavailable("The introspection endpoint cannot be reached") from exc
+        except FetchError as exc:
+            raise TemporarilyUnavailable("The introspection response is too large") from exc
         if response.status_code in (401, 403):
             raise ServerError("The introspection endpoint refused this resource server")
         if response.status_code != 200:
             raise TemporarilyUnavailable("The introspection endpoint failed")
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError as exc:
             raise TemporarilyUnavailable("The introspection response is not JSON") from exc
         if not isinstance(data, dict):

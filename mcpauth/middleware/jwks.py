@@ -11,7 +11,6 @@ once, with ``Retry-After`` and a description that names no URL; the details are 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 
 import httpx
@@ -30,12 +29,12 @@ _KEYS = "keys"  # the one entry: this issuer's current key set
 
 
 def cache_lifetime(
-    headers: httpx.Headers, *, default: float, floor: float, ceiling: float
+    headers: httpx.Headers, *, now: float, default: float, floor: float, ceiling: float
 ) -> float:
     """Seconds a JWKS response may be reused (its HTTP freshness, ``default`` when it states
     none), clamped to [floor, ceiling]: even ``no-store`` keys are kept ``floor`` seconds, or
     every token would fetch them."""
-    lifetime = freshness_lifetime(headers, time.time())
+    lifetime = freshness_lifetime(headers, now)
     return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
@@ -48,7 +47,8 @@ class JWKSCache(AsyncClosing):
     triggers one refetch, and at most one per ``min_refresh_interval`` however many such tokens
     arrive. When a refetch fails, the last good keys stay in use. Without any keys, fetches are
     coalesced and back off after failures (module docstring). ``clock`` (seconds since the
-    epoch; :func:`time.time` by default) is injectable for tests.
+    epoch; :func:`mcpauth.caching.wall_clock` by default) is injectable: every time the cache reads
+    goes through it.
 
     ``http`` is yours to close; without it a client is created on the first fetch and closed
     by :meth:`aclose` (or ``async with``).
@@ -174,6 +174,7 @@ class JWKSCache(AsyncClosing):
             raise FetchError(f"{self.jwks_uri} holds no usable signing key")
         lifetime = cache_lifetime(
             headers,
+            now=self._gate.now(),
             default=self.default_cache_seconds,
             floor=self.min_refresh_interval,
             ceiling=self.max_cache_seconds,

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mcpauth.oauth import parse_scope
+
 __all__ = ["MalformedRequest", "ScopePolicy", "parse_jsonrpc"]
 
 ScopeSpec = str | Iterable[str]
@@ -54,7 +56,7 @@ def parse_jsonrpc(body: bytes) -> list[dict[str, Any]]:
 
 
 def _as_set(spec: ScopeSpec) -> frozenset[str]:
-    return frozenset(spec.split()) if isinstance(spec, str) else frozenset(spec)
+    return frozenset(parse_scope(spec)) if isinstance(spec, str) else frozenset(spec)
 
 
 def _table(rules: Mapping[str, ScopeSpec] | None) -> dict[str, frozenset[str]]:

@@ -16,13 +16,13 @@ clients move to the next one without a refusal in between.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
 from mcpauth import dpop
+from mcpauth.caching import wall_clock
 from mcpauth.dpop import DPoPNonces, MemoryReplayCache, ReplayCache, ReplayCacheFull
 from mcpauth.errors import InvalidDPoPProof, InvalidToken, TemporarilyUnavailable, UseDPoPNonce
 from mcpauth.middleware._asgi import Scope, header_values
@@ -55,13 +55,15 @@ class DPoP:
     ``nonce_key``: when given (16 bytes or more, the same on every replica), proofs must carry
     a nonce this server issued; nonces need no storage. ``replay``: where each proof's single
     use is recorded; by default a bounded record in this process (share one between replicas
-    to refuse a replay at another). ``algorithms``: what proofs may be signed with.
+    to refuse a replay at another). ``algorithms``: what proofs may be signed with. ``clock``:
+    the seconds since the epoch that proofs and nonces are judged at (injectable for tests).
     """
 
     required: bool = False
     nonce_key: bytes | None = None
     replay: ReplayCache = field(default_factory=MemoryReplayCache)
     algorithms: Sequence[str] = dpop.ALGORITHMS
+    clock: Callable[[], float] = field(default=wall_clock, repr=False)
     _nonces: DPoPNonces | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,7 +82,7 @@ class DPoP:
         """``DPoP-Nonce`` with the current nonce when nonces are on."""
         if self._nonces is None:
             return {}
-        return {"DPoP-Nonce": self._nonces.current(time.time() if now is None else now)}
+        return {"DPoP-Nonce": self._nonces.current(self.clock() if now is None else now)}
 
     async def check(
         self, scope: Scope, scheme: str, token: str, claims: dict[str, Any], resource: str
@@ -110,7 +112,7 @@ class DPoP:
         if not values:
             raise ProofRefused("A DPoP proof is required with the DPoP scheme")
         url = origin(resource) + request_path(scope)
-        now = time.time()
+        now = self.clock()
         try:
             proof = dpop.check_proof(
                 values,

@@ -36,20 +36,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import httpx
-import jwt as pyjwt
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidToken
 from mcpauth.middleware._http import AsyncClosing
 from mcpauth.middleware.jwks import JWKSCache
+from mcpauth.oauth import parse_scope
 
 __all__ = [
     "JWTVerifier",
     "MultiIssuerVerifier",
     "TokenVerifier",
     "VerifiedToken",
-    "parse_scope",
     "require_token_verifier",
+    "scope_claim",
 ]
 
 DEFAULT_REQUIRED_CLAIMS = ("iss", "exp", "iat", "sub", "client_id", "jti")
@@ -153,7 +153,7 @@ class KeyCacheOptions(TypedDict, total=False):
     clock: Callable[[], float] | None
 
 
-def parse_scope(value: Any) -> tuple[str, ...]:
+def scope_claim(value: Any) -> tuple[str, ...]:
     """Scopes from an RFC 9068 ``scope`` string (or a list, as some servers send).
 
     Raises:
@@ -162,7 +162,7 @@ def parse_scope(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return tuple(dict.fromkeys(value.split()))
+        return tuple(parse_scope(value))
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(dict.fromkeys(value))
     raise InvalidToken("The access token has a malformed scope claim")
@@ -231,19 +231,18 @@ class JWTVerifier(AsyncClosing):
         return self._to_verified(claims)
 
     def _verify(self, token: str, keys: Mapping[str, jwt.VerificationKey]) -> dict[str, Any]:
-        try:
-            return jwt.verify(
-                token,
-                keys,
-                issuer=self.issuer,
-                # RFC 8707 §2 / MCP RS-09: the audience check is always on.
-                audience=self.audience,
-                typ=self.typ,
-                leeway=self.leeway,
-                required=self.required_claims,
-            )
-        except pyjwt.PyJWTError as exc:  # e.g. an unsupported ``crit`` seen while parsing
-            raise InvalidToken("The access token is invalid") from exc
+        # every PyJWT error (an unsupported ``crit`` seen while parsing, say) comes out of
+        # jwt.verify as an InvalidToken
+        return jwt.verify(
+            token,
+            keys,
+            issuer=self.issuer,
+            # RFC 8707 §2 / MCP RS-09: the audience check is always on.
+            audience=self.audience,
+            typ=self.typ,
+            leeway=self.leeway,
+            required=self.required_claims,
+        )
 
     def _to_verified(self, claims: dict[str, Any]) -> VerifiedToken:
         client_id = claims.get("client_id")
@@ -254,7 +253,7 @@ class JWTVerifier(AsyncClosing):
         return VerifiedToken(
             subject=subject,
             client_id=client_id,
-            scopes=parse_scope(claims.get("scope")),
+            scopes=scope_claim(claims.get("scope")),
             expires_at=int(exp) if isinstance(exp, int | float) else None,
             issuer=self.issuer,
             resource=self.audience,
@@ -292,10 +291,10 @@ class MultiIssuerVerifier(AsyncClosing):
         Raises:
             InvalidToken: malformed token or an issuer that is not trusted here.
         """
+        jwt.unverified_header(token)
         try:
-            jwt.unverified_header(token)
-            unverified = pyjwt.decode(token, options={"verify_signature": False})
-        except pyjwt.PyJWTError as exc:
+            unverified = jwt.unverified_claims(token)
+        except InvalidToken as exc:
             raise InvalidToken("The access token is malformed") from exc
         verifier = self.verifiers.get(str(unverified.get("iss")))
         if verifier is None:

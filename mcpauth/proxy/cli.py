@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from mcpauth.middleware import DPoP, ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 from mcpauth.middleware._asgi import ASGIApp
+from mcpauth.oauth import parse_scope
 from mcpauth.proxy.stdio import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_SESSIONS,
@@ -170,7 +171,7 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         nonce_key = value.encode()
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
-        tool_scopes.setdefault(tool, []).extend(scope.split())
+        tool_scopes.setdefault(tool, []).extend(parse_scope(scope))
     middleware = ProtectedResourceMiddleware(
         inner,
         resource=ProtectedResource(

@@ -42,6 +42,7 @@ from mcpauth.middleware._asgi import (
     send_json,
 )
 from mcpauth.middleware.identity import verified_token
+from mcpauth.oauth import format_scope
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http import StreamableHTTPServerTransport
@@ -231,7 +232,7 @@ class StdioBridge:
             env.update(
                 MCPAUTH_SUBJECT=token.subject or "",
                 MCPAUTH_CLIENT=token.client_id,
-                MCPAUTH_SCOPES=" ".join(token.scopes),
+                MCPAUTH_SCOPES=format_scope(token.scopes),
             )
         return env
 

@@ -32,6 +32,7 @@ from mcpauth.middleware._asgi import (
 )
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.identity import verified_token
+from mcpauth.oauth import format_scope
 
 __all__ = ["CORSGrant", "IdentityHeaders", "UpstreamProxy"]
 
@@ -201,7 +202,7 @@ class UpstreamProxy(AsyncClosing):
             # MCP RS-17: identity goes upstream, the caller's token never does.
             headers.append((self.identity.subject.encode(), (token.subject or "").encode()))
             headers.append((self.identity.client.encode(), token.client_id.encode()))
-            headers.append((self.identity.scopes.encode(), " ".join(token.scopes).encode()))
+            headers.append((self.identity.scopes.encode(), format_scope(token.scopes).encode()))
             headers.append((self.identity.issuer.encode(), (token.issuer or "").encode()))
         return headers
 

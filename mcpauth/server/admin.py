@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from mcpauth.errors import ConfigurationError, OAuthError
+from mcpauth.oauth import format_scope
 from mcpauth.server.admin_results import (
     ClientInfo,
     ClientListing,
@@ -211,7 +212,7 @@ def add_client(
     if jwks is not None:
         raw["jwks"] = jwks
     if scopes:
-        raw["scope"] = " ".join(scopes)
+        raw["scope"] = format_scope(scopes)
     if dpop_bound:
         raw["dpop_bound_access_tokens"] = True
     if exchange_from:

@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from mcpauth.caching import wall_clock
 from mcpauth.errors import InvalidRequest, ServerError
 from mcpauth.server import discovery
 from mcpauth.server.authorization import endpoint as authorize
@@ -26,7 +27,7 @@ from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, erro
 from mcpauth.server.browser.sign_in_step import SignInStep
 from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext, build_context, wall_clock
+from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.http_io import cors, error_response, oauth_errors
 from mcpauth.server.operations.logs import RequestIdMiddleware, configure_logging
 from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMiddleware

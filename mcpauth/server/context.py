@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ssl
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 from starlette.requests import Request
 
+from mcpauth.caching import wall_clock
 from mcpauth.dpop import DPoPNonces
 from mcpauth.server.authorization.resources import ResourceCatalog
 from mcpauth.server.clients.directory import ClientDirectory
@@ -26,11 +26,6 @@ from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
 from mcpauth.server.tokens.keys import KeyManager
-
-
-def wall_clock() -> float:
-    """The default clock (looked up on each call, so freezegun can move it)."""
-    return time.time()
 
 
 @dataclass

@@ -21,17 +21,17 @@ from pydantic import (
 )
 
 from mcpauth.errors import ConfigurationError
+from mcpauth.oauth import SCOPE_TOKEN
 from mcpauth.uris import (
     MalformedURL,
     URIError,
     canonical_resource,
     check_issuer,
-    is_loopback_host,
     parse_url,
+    secure_or_loopback,
 )
 
 _PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 _FIELD_PATH = re.compile(r"^[A-Za-z0-9_:-]{1,64}(\.[A-Za-z0-9_:-]{1,64}){0,4}$")
 GITHUB = "https://github.com"
@@ -63,7 +63,7 @@ def _endpoint_url(name: str, value: str) -> str:
         raise ValueError(f"{name} is a {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{name} must be an absolute https URL")
-    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+    if not secure_or_loopback(parts):
         raise ValueError(f"{name}: http is allowed only on a loopback host; use https")
     if parts.fragment or "#" in value or parts.username is not None:
         raise ValueError(f"{name} must have no fragment and no userinfo")
@@ -205,7 +205,7 @@ class UpstreamProvider(BaseModel):
     @field_validator("scopes")
     @classmethod
     def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [scope for scope in value if not _SCOPE_TOKEN.match(scope)]
+        bad = [scope for scope in value if not SCOPE_TOKEN.match(scope)]
         if bad:
             raise ValueError(f"not a scope: {bad[0]!r}")
         return tuple(dict.fromkeys(value))

@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from mcpauth.asgi import BodyIncomplete, BodyTooLarge, read_capped_body
 from mcpauth.errors import InvalidClientMetadata, InvalidRequest, OAuthError, PayloadTooLarge
 from mcpauth.server.operations.size_limits import MAX_REGISTRATION_BYTES
 
@@ -68,23 +69,12 @@ async def receive_body(receive: Receive, declared_length: str | None, limit: int
         PayloadTooLarge: the body (or its declared length) exceeds ``limit``.
         ClientDisconnect: the client went away before the body was complete.
     """
-    if declared_length is not None and (
-        not declared_length.isdigit() or int(declared_length) > limit
-    ):
-        raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk: bytes = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"The request body exceeds {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        return await read_capped_body(receive, limit, declared_length=declared_length)
+    except BodyTooLarge:
+        raise PayloadTooLarge(f"The request body exceeds {limit} bytes") from None
+    except BodyIncomplete:
+        raise ClientDisconnect() from None
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -33,10 +33,11 @@ pytestmark = pytest.mark.anyio
 
 
 class Clock:
-    """A clock the test moves by hand."""
+    """A clock the test moves by hand, from the time the test's tokens were minted at (the
+    verifiers judge a token's ``exp`` on it too)."""
 
     def __init__(self) -> None:
-        self.now = 1_800_000_000.0
+        self.now = time.time()
 
     def __call__(self) -> float:
         return self.now

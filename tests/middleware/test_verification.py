@@ -22,6 +22,7 @@ from mcpauth.middleware import (
     JWTVerifier,
     Limits,
     MultiIssuerVerifier,
+    TokenExchanger,
     TokenVerifier,
     VerifiedToken,
 )
@@ -399,3 +400,33 @@ def test_an_introspection_endpoint_that_is_not_https_is_refused_at_construction(
         client_secret=secret, endpoint="http://127.0.0.1:9000/introspect", **options
     )
     assert loopback.endpoint == "http://127.0.0.1:9000/introspect"
+
+
+def _huge_json(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"active": True, "padding": "x" * (300 * 1024)})
+
+
+async def test_an_introspection_answer_past_the_size_cap_is_not_read_whole() -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_huge_json)) as http:
+        verifier = IntrospectionVerifier(
+            resource=RESOURCE,
+            client_id=INTROSPECTION_CLIENT[0],
+            client_secret=INTROSPECTION_CLIENT[1],
+            endpoint="https://as.example.com/introspect",
+            http=http,
+        )
+        with pytest.raises(TemporarilyUnavailable):  # not read whole, so no verdict
+            await verifier.verify_token("opaque")
+
+
+async def test_a_token_exchange_answer_past_the_size_cap_is_refused() -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_huge_json)) as http:
+        exchanger = TokenExchanger(
+            issuer=ISSUER,
+            client_id="c",
+            client_secret="s",
+            token_endpoint="https://as.example.com/token",
+            http=http,
+        )
+        with pytest.raises(FetchError, match="more than"):
+            await exchanger.token_for(OTHER_RESOURCE, subject_token="t")

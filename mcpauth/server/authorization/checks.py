@@ -6,8 +6,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mcpauth import oauth
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
-from mcpauth.oauth import IDENTITY_SCOPES, OFFLINE_ACCESS, SCOPE_TOKEN, s256, same_secret
+from mcpauth.oauth import IDENTITY_SCOPES, OFFLINE_ACCESS, s256, same_secret
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
@@ -95,7 +96,9 @@ def machine_scopes(resource: Resource, client: Client) -> list[str]:
     """The scopes a token without a user gets when the request names none that can be
     granted: the resource's default scopes the client may have, else every scope of the
     resource it may have."""
-    allowed = set(client.scope.split()) if client.scope is not None else set(resource.scopes)
+    allowed = (
+        set(oauth.parse_scope(client.scope)) if client.scope is not None else set(resource.scopes)
+    )
     return [s for s in resource.default_scopes if s in allowed] or [
         s for s in resource.scopes if s in allowed
     ]
@@ -151,12 +154,12 @@ def parse_scope(value: str | None) -> list[str] | None:
     """
     if value is None:
         return None
-    scopes = list(dict.fromkeys(s for s in value.split(" ") if s))
+    try:
+        scopes = oauth.parse_scope(value, strict=True)
+    except oauth.MalformedScope as exc:
+        raise InvalidScope(f"scope {exc}") from exc
     if len(scopes) > MAX_SCOPES:
         raise InvalidScope(f"at most {MAX_SCOPES} scopes may be requested")
-    for scope in scopes:
-        if not SCOPE_TOKEN.match(scope):
-            raise InvalidScope("scope must be space-separated scope tokens")
     return scopes
 
 
@@ -181,7 +184,7 @@ def _check_allowed(scopes: list[str], client: Client) -> None:
     # what it expected to need at registration, and MCP clients step up beyond it later: for
     # those the user's consent is the gate.
     if client.scope is not None and client.source == "admin":
-        allowed = set(client.scope.split())
+        allowed = set(oauth.parse_scope(client.scope))
         refused = [s for s in scopes if s not in allowed]
         if refused:
             raise InvalidScope(f"the client may not request: {' '.join(refused)}")
@@ -190,7 +193,7 @@ def _check_allowed(scopes: list[str], client: Client) -> None:
 def _within_list(scopes: Iterable[str], client: Client) -> list[str]:
     """``scopes`` less those an administrator's list for the client withholds."""
     if client.scope is not None and client.source == "admin":
-        allowed = set(client.scope.split())
+        allowed = set(oauth.parse_scope(client.scope))
         return [s for s in scopes if s in allowed]
     return list(scopes)
 

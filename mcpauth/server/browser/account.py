@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth.oauth import parse_scope
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.account_links import SignInMethods, sign_in_methods
 from mcpauth.server.browser.display import ClientView, scope_words
@@ -109,7 +110,7 @@ def _applications(
             continue
         scopes: dict[str, set[str]] = {}
         for grant in rows:
-            scopes.setdefault(grant.resource, set()).update(grant.scope.split())
+            scopes.setdefault(grant.resource, set()).update(parse_scope(grant.scope))
         access = []
         for uri, granted in scopes.items():
             resource = get_resource(session, uri)

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.errors import AccessDenied, OAuthError
+from mcpauth.oauth import format_scope, parse_scope
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
 from mcpauth.server.browser.login import refuse_cross_site
@@ -93,7 +94,7 @@ def _needs_consent(
     if consent is None or consent.client_name != client_view_of(client).name:
         return True
     wanted = set(req.scopes) | ({"offline_access"} if req.offline else set())
-    if not wanted <= set(consent.scope.split()):
+    if not wanted <= set(parse_scope(consent.scope)):
         return True
     if identity_unproven(client, req.redirect_uri):
         window = ctx.settings.unproven_client_consent_window
@@ -369,7 +370,7 @@ def _decide(
         user_id=browser.user_id,
         client_id=client.client_id,
         resource=req.resource,
-        scope=" ".join(req.scopes),
+        scope=format_scope(req.scopes),
     )
     if action == "deny":
         with ctx.db.write() as session:

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from starlette.responses import RedirectResponse, Response
 
 from mcpauth.errors import OAuthError
+from mcpauth.oauth import format_scope
 from mcpauth.server.browser.display import redirect_view
 from mcpauth.server.browser.pages import SECURITY_HEADERS, error_page
 from mcpauth.server.context import ServerContext
@@ -112,7 +113,7 @@ def issue_code(
         user_id=user_id,
         client_id=request.client_id,
         resource=request.resource,
-        scope=" ".join(request.scopes),
+        scope=format_scope(request.scopes),
         created_at=now,
         last_used_at=now,
     )

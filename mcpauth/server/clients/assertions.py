@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import jwt as pyjwt
-
 from mcpauth import jwt
-from mcpauth.errors import InvalidClient, OAuthError
+from mcpauth.errors import InvalidClient, InvalidToken, OAuthError
 from mcpauth.server.clients.directory import ClientDirectory, Loaded
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext
@@ -35,8 +33,8 @@ SIGNING_ALGS = (
 def unverified_subject(assertion: str) -> str | None:
     """The ``iss`` of an assertion (= the client_id, RFC 7523 §3), for lookup only."""
     try:
-        claims = pyjwt.decode(assertion, options={"verify_signature": False})
-    except pyjwt.PyJWTError:
+        claims = jwt.unverified_claims(assertion)
+    except InvalidToken:
         return None
     issuer = claims.get("iss") if isinstance(claims, dict) else None
     return issuer if isinstance(issuer, str) and issuer else None

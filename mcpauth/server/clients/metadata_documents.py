@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 from mcpauth.caching import ExpiringCache, freshness_lifetime, wall_clock
 from mcpauth.errors import InvalidClient, InvalidClientMetadata, InvalidRedirectUri
+from mcpauth.oauth import parse_scope
 from mcpauth.server.clients.fetch_admission import FetchDeclined
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError, SafeFetcher
 from mcpauth.server.clients.validation import (
@@ -235,7 +236,7 @@ def _offered_grants(document: dict[str, Any]) -> Any:
 
 def _declared_scopes(document: dict[str, Any]) -> set[str]:
     scope = document.get("scope")
-    return set(scope.split(" ")) if isinstance(scope, str) else set()
+    return set(parse_scope(scope)) if isinstance(scope, str) else set()
 
 
 def _client_fields(client_id: str, document: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from urllib.parse import SplitResult
 
 from mcpauth.errors import InvalidRedirectUri
 from mcpauth.server.operations.size_limits import MAX_URI_LENGTH
-from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+from mcpauth.uris import MalformedURL, is_loopback_host, parse_url, secure_or_loopback
 
 # Schemes a browser would run, read from disk or hand to another protocol, and names that
 # imitate a web address; none is ever a client's callback.
@@ -64,7 +64,7 @@ def _check_web_uri(parts: SplitResult, field: str) -> None:
     if "@" in parts.netloc:
         raise InvalidRedirectUri(f"{field}: must not contain userinfo")
     # RFC 9700 §2.6: plain http only for loopback (native apps, RFC 8252 §7.3)
-    if parts.scheme.lower() == "http" and not is_loopback_host(parts.hostname):
+    if not secure_or_loopback(parts):
         raise InvalidRedirectUri(f"{field}: http is allowed only for loopback hosts; use https")
 
 

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcpauth.errors import InvalidClientMetadata
-from mcpauth.oauth import AUTH_METHODS, JWT_BEARER, SCOPE_TOKEN, TOKEN_EXCHANGE
+from mcpauth.oauth import (
+    AUTH_METHODS,
+    JWT_BEARER,
+    TOKEN_EXCHANGE,
+    MalformedScope,
+    format_scope,
+    parse_scope,
+)
 from mcpauth.server.clients.redirect_uris import check_redirect_uri, host_of
 from mcpauth.server.operations.size_limits import (
     MAX_CONTACTS,
@@ -151,16 +158,16 @@ def _scope(raw: dict[str, Any], known: set[str], *, admin: bool) -> str | None:
     ``read write``): those are left out, as the authorization endpoint narrows them (RFC 7591
     §3.2.1 lets the server register other values than asked; the response says which)."""
     value = _string(raw, "scope", limit=MAX_SCOPE_LENGTH)
-    scopes = [s for s in (value or "").split(" ") if s]
+    try:
+        scopes = parse_scope(value, strict=True)
+    except MalformedScope as exc:
+        raise InvalidClientMetadata(f"scope: {exc}") from exc
     if not scopes:  # `scope: ""` (Gemini CLI, Inspector v2) asks for nothing in particular
         return None
     for scope in scopes:
-        if not SCOPE_TOKEN.match(scope):
-            raise InvalidClientMetadata("scope: must be space-separated scope tokens")
         if scope not in known and admin:
             raise InvalidClientMetadata(f"scope: unknown scope {scope!r}")
-    kept = [s for s in dict.fromkeys(scopes) if s in known]
-    return " ".join(kept) or None
+    return format_scope(s for s in scopes if s in known) or None
 
 
 def _auth_method(raw: dict[str, Any], supported: tuple[str, ...]) -> str:

@@ -26,6 +26,7 @@ from authlib.oauth2.client import OAuth2Client
 from joserfc.jwk import KeySet
 
 from mcpauth.caching import ExpiringCache, wall_clock
+from mcpauth.oauth import format_scope
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity import user_apis
 from mcpauth.server.identity.id_tokens import (
@@ -45,7 +46,7 @@ from mcpauth.server.identity.upstream_http import (
     reason,
 )
 from mcpauth.server.outbound import Outbound
-from mcpauth.uris import MalformedURL, is_loopback_host, parse_url
+from mcpauth.uris import MalformedURL, parse_url, secure_or_loopback
 
 __all__ = [
     "CappedTransport",
@@ -72,9 +73,7 @@ def _endpoint(document: Mapping[str, Any], name: str) -> str:
         parts = None
     if parts is None or not parts.hostname or parts.fragment:
         raise UpstreamUnavailable(f"metadata_{name}")
-    if parts.scheme != "https" and not (
-        parts.scheme == "http" and is_loopback_host(parts.hostname)
-    ):
+    if not secure_or_loopback(parts):
         raise UpstreamUnavailable(f"metadata_{name}")
     return str(value)
 
@@ -239,7 +238,7 @@ class UpstreamProviders:
             client_id=provider.config.client_id,
             client_secret=provider.secret() if authenticated else None,
             token_endpoint_auth_method=provider.config.auth_method,
-            scope=" ".join(provider.config.scopes),
+            scope=format_scope(provider.config.scopes),
             code_challenge_method="S256",
             timeout=httpx2.Timeout(self.timeout),
             follow_redirects=False,
@@ -330,7 +329,7 @@ class UpstreamProviders:
         client = OAuth2Client(  # Authlib's sans-I/O client: no connection is made here
             None,
             client_id=provider.config.client_id,
-            scope=" ".join(provider.config.scopes),
+            scope=format_scope(provider.config.scopes),
             code_challenge_method="S256",
         )
         url, _ = client.create_authorization_url(

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, CursorResult, Row, Table, delete, exists, ins
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
+from mcpauth.oauth import format_scope, parse_scope
 from mcpauth.server.storage.models import (
     AuthorizationCode,
     Client,
@@ -165,7 +166,7 @@ def user_grants(session: Session, user_id: str) -> list[Grant]:
 
 def consented_scopes(session: Session, user_id: str, client_id: str, resource: str) -> set[str]:
     consent = session.get(Consent, (user_id, client_id, resource))
-    return set(consent.scope.split()) if consent else set()
+    return set(parse_scope(consent.scope)) if consent else set()
 
 
 def get_consent(session: Session, user_id: str, client_id: str, resource: str) -> Consent | None:
@@ -187,7 +188,7 @@ def remember_consent(
     consent = session.get(Consent, (user_id, client_id, resource))
     if consent is None:
         consent = Consent(user_id=user_id, client_id=client_id, resource=resource, updated_at=now)
-    consent.scope = " ".join(sorted(scopes | set(consent.scope.split())))
+    consent.scope = format_scope(sorted(scopes | set(parse_scope(consent.scope))))
     consent.redirect_uri = redirect_uri
     consent.client_name = client_name
     consent.updated_at = now

@@ -10,7 +10,7 @@ from typing import Any
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof
-from mcpauth.oauth import IDENTITY_SCOPES
+from mcpauth.oauth import IDENTITY_SCOPES, format_scope
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store, identities
@@ -44,7 +44,7 @@ class Issuance:
             "access_token": access_token,
             "token_type": "DPoP" if "cnf" in self.claims else "Bearer",
             "expires_in": self.claims["exp"] - self.claims["iat"],
-            "scope": " ".join(self.scopes),
+            "scope": format_scope(self.scopes),
         }
         if self.refresh_token is not None:
             body["refresh_token"] = self.refresh_token
@@ -107,7 +107,7 @@ def access_token_claims(
         "sub": subject,
         "aud": resource,
         "client_id": client_id,
-        "scope": " ".join(scopes),
+        "scope": format_scope(scopes),
         "iat": now,
         "exp": now + settings.access_token_ttl,
         "jti": secrets.token_urlsafe(16),

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from mcpauth import dpop
 from mcpauth.errors import InsufficientScope, InvalidDPoPProof, InvalidToken, OAuthError
+from mcpauth.oauth import parse_scope
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http_io import ALLOW_ANY_ORIGIN, NO_STORE, json_response
@@ -90,7 +91,7 @@ def _answer(ctx: ServerContext, request: Request, scheme: str, token: str) -> di
         grant = None
         if isinstance(grant_id, str) and "gty" not in claims and "act" not in claims:
             grant = grant_store.live_grant(session, grant_id)
-        scopes = grant.scope.split() if grant is not None else []
+        scopes = parse_scope(grant.scope) if grant is not None else []
         if grant is None or grant.client_id != claims["client_id"] or OPENID not in scopes:
             raise InsufficientScope(
                 "The access token was not issued with the openid scope",

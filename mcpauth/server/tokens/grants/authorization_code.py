@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
-from mcpauth.oauth import same_secret
+from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
@@ -81,7 +81,7 @@ def _redeem(
     grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    scopes = code.scope.split()
+    scopes = parse_scope(code.scope)
     person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
     issuance = for_grant(ctx.settings, grant, scopes, now, person)
     if OPENID in scopes:  # OpenID Connect Core §3.1.3.3: the ID token comes with the code's tokens

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import jwt as pyjwt
-
 from mcpauth import jwt
 from mcpauth.errors import (
     InvalidGrant,
     InvalidRequest,
     InvalidTarget,
+    InvalidToken,
     OAuthError,
     UnauthorizedClient,
 )
@@ -53,8 +52,8 @@ def _keys_needed(
     workload token nor an ID-JAG)."""
     try:
         header = jwt.unverified_header(assertion)
-        issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
-    except (OAuthError, pyjwt.PyJWTError):
+        issuer = jwt.unverified_claims(assertion).get("iss")
+    except OAuthError:
         return None
     if not isinstance(issuer, str):
         return None
@@ -87,8 +86,8 @@ def _verify(idps: IdentityProviders, assertion: str) -> dict[str, Any]:
     if str(header.get("typ", "")).lower() != ID_JAG_TYPE:
         raise InvalidGrant(f"The assertion must have typ {ID_JAG_TYPE}")
     try:
-        issuer = pyjwt.decode(assertion, options={"verify_signature": False}).get("iss")
-    except pyjwt.PyJWTError as exc:
+        issuer = jwt.unverified_claims(assertion).get("iss")
+    except InvalidToken as exc:
         raise InvalidGrant("The assertion is malformed") from exc
     if not isinstance(issuer, str) or not idps.is_trusted(issuer):
         raise InvalidGrant("The assertion's issuer is not a trusted identity provider")

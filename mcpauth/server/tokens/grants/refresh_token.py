@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
-from mcpauth.oauth import same_secret
+from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.context import ServerContext
@@ -29,7 +29,7 @@ from mcpauth.server.tokens.issuance import (
 
 def _requested(form: dict[str, str], token: Row[Any], resource: Resource | None) -> list[str]:
     requested = checks.parse_scope(form.get("scope"))
-    scopes = checks.narrower_scopes(requested, token.scope.split(), resource)
+    scopes = checks.narrower_scopes(requested, parse_scope(token.scope), resource)
     checks.check_same_resource(
         form.get("resource"), token.resource, "resource is outside the original grant"
     )

@@ -27,7 +27,7 @@ from mcpauth.errors import (
     TemporarilyUnavailable,
     UnauthorizedClient,
 )
-from mcpauth.oauth import TOKEN_EXCHANGE
+from mcpauth.oauth import TOKEN_EXCHANGE, format_scope
 from mcpauth.server.authorization import checks
 from mcpauth.server.context import ServerContext
 from mcpauth.server.identity.kept_tokens import TokensGone, fresh_tokens
@@ -180,7 +180,7 @@ def exchange(
         sub=str(subject["sub"]),
         from_aud=str(subject["aud"]),
         to_aud=resource.uri,
-        scope=" ".join(scopes),
+        scope=format_scope(scopes),
     )
     issuance = Issuance(claims, scopes, issued_token_type=ACCESS_TOKEN_TYPE)
     if jkt is not None:
