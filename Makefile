@@ -17,11 +17,14 @@ unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers: most e2e tests wait on the processes they start, so more workers than
 # the 2 cores of CI's machine pay off (`make test PYTEST_WORKERS=2` to compare)
 PYTEST_WORKERS ?= 4
-XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+# --dist loadfile: a module's tests stay on one worker, so the processes, servers and containers
+# its module fixtures start are started once (and never twice at once, as compose's fixed ports
+# and project name need)
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 # the unit lane is in-process CPU work: one worker per core and one more
 CHECK_WORKERS ?= 3
 # the lanes (markers, see pyproject.toml and tests/conftest.py): `make check` runs the unit lane
-FAST_LANE := not e2e and not browser and not slow and not postgres
+FAST_LANE := not e2e and not browser and not slow and not postgres and not docker
 
 .PHONY: run check test lint typecheck pytest pytest-fast pytest-postgres test-tools conformance \
 	bench clean

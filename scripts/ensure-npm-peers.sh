@@ -13,6 +13,7 @@ PACKAGES=(
     "oidc-provider@9.13.3"                 # the upstream OpenID provider of the sign-in tests
     "mcp-remote@0.15.1"                    # the stdio-to-HTTP bridge people put in their clients
     "@modelcontextprotocol/inspector@2.12.0"  # the MCP Inspector: web UI and CLI
+    "@modelcontextprotocol/server-everything@2026.8.31"  # a Node MCP server behind mcpauth proxy
 )
 
 log() { printf '%s\n' "$*" >&2; }

@@ -36,13 +36,13 @@ SLOW_FILES = (  # load, crash and soak tests: real processes under many concurre
     "tests/e2e/test_cimd_stall.py",
     "tests/e2e/test_shutdown.py",
 )
-LANES = ("e2e", "browser", "postgres", "slow")
+LANES = ("e2e", "browser", "postgres", "slow", "docker")
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects and pytest-xdist groups
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each test in its lanes by folder; what starts processes keeps each module on one
-    xdist worker (``--dist loadgroup``), so its module and session fixtures start once."""
+    """Put each test in its lanes by folder. (`make test` runs pytest-xdist with ``--dist
+    loadfile``: each module stays on one worker, so its module fixtures start once.)"""
     root = config.rootpath
     for item in items:
         path = item.path.relative_to(root).as_posix()
@@ -54,8 +54,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if not any(item.get_closest_marker(lane) for lane in LANES):
             item.add_marker(pytest.mark.unit)
-        elif item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group(path))
 
 
 def pytest_configure(config: pytest.Config) -> None:

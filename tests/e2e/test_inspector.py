@@ -125,7 +125,8 @@ def follow_to_callback(
     [url] = authorizations[-1:]
     trip = Trip(url=url, params=query(url))
     watch(page, trip)
-    person.answer(page, trip, f"{inspector.origin}/oauth/callback")
+    # back at the Inspector: its callback page, or already the page it sends the tab on to
+    person.answer(page, trip, f"{inspector.origin}/")
     page.wait_for_url(f"{inspector.origin}/", timeout=TIMEOUT_MS)  # the Inspector took the code
     return trip
 

@@ -10,9 +10,7 @@ available or the package does not install."""
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..support import MCPAUTH, free_port, running
+from ..support import MCPAUTH, ensure_npm_peers, free_port, running
 from .test_sdk_oauth_client import (
     FormBrowser,
     Traffic,
@@ -36,8 +34,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "@modelcontextprotocol/server-everything"
 VERSION = "2026.8.31"
-PEERS = ROOT / ".npm-peers"
-INSTALLED = PEERS / "node_modules" / PACKAGE
 STREAMING_TOOL = "trigger-long-running-operation"
 # Node's http servers listen on every interface unless told otherwise; the server takes only PORT
 LOOPBACK_PRELOAD = """\
@@ -51,52 +47,15 @@ http.Server.prototype.listen = function (port, ...rest) {
 """
 
 
-def _major(node: str) -> int:
-    done = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
-    found = re.match(r"v(\d+)\.", done.stdout.strip())
-    return int(found.group(1)) if done.returncode == 0 and found else 0
-
-
-def _node() -> str:
-    """A Node that runs the server and `--import`: the system's if it is 20 or newer, otherwise
-    the project's Node 22 in .node22/ (as scripts/conformance-client.sh installs it)."""
-    plain = shutil.which("node")
-    if plain and _major(plain) >= 20:
-        return plain
-    local = ROOT / ".node22" / "node_modules" / ".bin" / "node"
-    if not local.exists():
-        done = subprocess.run(
-            ["npm", "install", "--prefix", str(ROOT / ".node22"), "--no-audit", "--no-fund",
-             "--loglevel=error", "node@22"],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            pytest.skip(f"Node {plain and _major(plain)} is too old and Node 22 did not install")
-    return str(local)
-
-
-def _installed_version() -> str:
-    package = INSTALLED / "package.json"
-    if not package.exists():
-        return ""
-    found = re.search(r'"version":\s*"([^"]+)"', package.read_text())
-    return found.group(1) if found else ""
-
-
 @pytest.fixture(scope="module")
 def server_everything() -> tuple[str, Path]:
-    """The node binary and the server's entry point, installed on first use."""
-    if shutil.which("npm") is None:
-        pytest.skip(f"npm is not installed: cannot install {PACKAGE}")
-    if _installed_version() != VERSION:
-        done = subprocess.run(
-            ["npm", "install", "--prefix", str(PEERS), "--no-audit", "--no-fund",
-             "--loglevel=error", f"{PACKAGE}@{VERSION}"],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
-        if done.returncode != 0 or _installed_version() != VERSION:
-            pytest.skip(f"npm could not install {PACKAGE}@{VERSION}: {done.stderr[-500:]}")
-    return _node(), INSTALLED / "dist" / "index.js"
+    """Node 22 and the server's entry point, installed (pinned) by scripts/ensure-npm-peers.sh
+    with the other npm packages the tests use; a failed install fails the test."""
+    peers = ensure_npm_peers()
+    package = json.loads((peers / "node_modules" / PACKAGE / "package.json").read_text())
+    assert package["version"] == VERSION
+    node = ROOT / ".node22" / "node_modules" / ".bin" / "node"
+    return str(node), peers / "node_modules" / PACKAGE / "dist" / "index.js"
 
 
 @dataclass
