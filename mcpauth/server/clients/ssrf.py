@@ -257,7 +257,22 @@ async def _connect(address: IPAddress, target: str, port: int) -> _Stream:
     return _Stream(reader, writer)
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
+class _TCPOnly(httpcore.AsyncNetworkBackend):
+    """What both of the fetcher's network backends share: TCP only, never a unix socket."""
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise FetchError("unix sockets are never fetched from")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _GuardedBackend(_TCPOnly):
     """Resolve, check every address (T21: after DNS, at connect time), connect to it."""
 
     def __init__(self, allow: frozenset[str], deny: frozenset[str]) -> None:
@@ -291,19 +306,8 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from exc
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise FetchError("unix sockets are never fetched from")
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class _ProxyBackend(httpcore.AsyncNetworkBackend):
+class _ProxyBackend(_TCPOnly):
     """Connects to the operator's proxy, whatever its address (the operator chose it), and to
     nothing else: the hosts fetched from are reached through its tunnels."""
 
@@ -330,17 +334,6 @@ class _ProxyBackend(httpcore.AsyncNetworkBackend):
             raise FetchError(
                 f"cannot connect to the outbound proxy {self._proxy.url}: {exc}"
             ) from exc
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise FetchError("unix sockets are never fetched from")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 @contextmanager
