@@ -37,10 +37,15 @@ async def test_t19_registration_is_rate_limited_per_address_with_retry_after(
     make_settings: Callable[..., Settings],
 ) -> None:
     app = create_app(make_settings(rate_limit_register=3))
-    async with client_for(app) as http, client_for(app, "198.51.100.1") as other:
-        statuses = [(await http.post("/register", json=REGISTRATION)).status_code for _ in range(4)]
-        limited = await http.post("/register", json=REGISTRATION)
-        elsewhere = await other.post("/register", json=REGISTRATION)
+    # time held at the start of a minute: the fixed window cannot roll over between requests
+    # (a loaded machine once took long enough to cross a minute boundary)
+    with freeze_time("2026-06-01 12:00:05"):
+        async with client_for(app) as http, client_for(app, "198.51.100.1") as other:
+            statuses = [
+                (await http.post("/register", json=REGISTRATION)).status_code for _ in range(4)
+            ]
+            limited = await http.post("/register", json=REGISTRATION)
+            elsewhere = await other.post("/register", json=REGISTRATION)
     assert statuses == [201, 201, 201, 429]
     assert limited.json()["error"] == "too_many_requests"
     assert 0 < int(limited.headers["retry-after"]) <= 60
@@ -52,10 +57,11 @@ async def test_rate_limits_apply_to_an_app_mounted_below_a_root_path(
 ) -> None:
     app = create_app(make_settings(rate_limit_register=2))
     transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 4000), root_path="/auth")
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
-        statuses = [
-            (await http.post("/auth/register", json=REGISTRATION)).status_code for _ in range(3)
-        ]
+    with freeze_time("2026-06-01 12:00:05"):  # one fixed window for all three
+        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+            statuses = [
+                (await http.post("/auth/register", json=REGISTRATION)).status_code for _ in range(3)
+            ]
     assert statuses == [201, 201, 429]
 
 
