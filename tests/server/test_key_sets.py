@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +30,8 @@ from mcpauth.server.identity.key_sets import (
     KeySets,
 )
 
-T = TypeVar("T")
+from .test_fetchgate import Clock, run, settle  # the same stand-ins for time and the loop
+
 URL = "https://platform.example/keys"
 OTHER = "https://idp.example/jwks"
 
@@ -57,23 +58,6 @@ class Network:
             raise self.error
         body = json.dumps(self.document).encode()
         return FetchedResponse(url, 200, httpx.Headers(), body)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def run(scenario: Callable[[], Awaitable[T]]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario(), 10))
-
-
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 def key_sets(network: Network, clock: Clock, limits: FetchLimits | None = None) -> KeySets:
