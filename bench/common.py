@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
-import httpx
+import httpx2
 
 MCPAUTH = str(Path(sys.executable).parent / "mcpauth")
 SECRET_KEY = "bench-secret-key-0123456789abcdef"
@@ -138,9 +138,9 @@ def wait_ready(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            httpx.get(url, timeout=1)
+            httpx2.get(url, timeout=1)
             return
-        except httpx.TransportError:
+        except httpx2.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"{url} did not come up:\n{log.read_text()}") from None
             time.sleep(0.1)
@@ -272,7 +272,7 @@ def authorize_url(issuer: str, client_id: str) -> str:
     return f"{issuer}/authorize?{urlencode(params)}"
 
 
-def code_from(response: httpx.Response) -> str:
+def code_from(response: httpx2.Response) -> str:
     """The code of a 303 redirect to REDIRECT_URI; exit on anything else."""
     location: str = response.headers.get("location", "")
     if response.status_code != 303 or not location.startswith(REDIRECT_URI):
@@ -280,10 +280,10 @@ def code_from(response: httpx.Response) -> str:
     return parse_qs(urlsplit(location).query)["code"][0]
 
 
-def sign_in(issuer: str, client_id: str) -> httpx.Cookies:
+def sign_in(issuer: str, client_id: str) -> httpx2.Cookies:
     """Sign in once through the login form; the session cookie then yields codes directly
     (first-party client: no consent page)."""
-    with httpx.Client(timeout=30) as http:
+    with httpx2.Client(timeout=30) as http:
         page = http.get(authorize_url(issuer, client_id))
         page = http.get(urljoin(issuer, page.headers["location"]))
         form = _LoginForm()
@@ -297,7 +297,7 @@ def sign_in(issuer: str, client_id: str) -> httpx.Cookies:
 async def mint_codes(
     issuer: str,
     client_id: str,
-    cookies: httpx.Cookies,
+    cookies: httpx2.Cookies,
     count: int,
     *,
     parallel: int,
@@ -310,14 +310,14 @@ async def mint_codes(
     deadline = None if budget is None else time.monotonic() + budget
     url = authorize_url(issuer, client_id)
 
-    async def worker(http: httpx.AsyncClient) -> None:
+    async def worker(http: httpx2.AsyncClient) -> None:
         while len(codes) < count and (deadline is None or time.monotonic() < deadline):
             started = await http.get(url)
             if "location" not in started.headers:
                 raise SystemExit(f"/authorize: {started.status_code} {started.text[:300]}")
             codes.append(code_from(await http.get(urljoin(issuer, started.headers["location"]))))
 
-    async with httpx.AsyncClient(cookies=cookies, timeout=30) as http:
+    async with httpx2.AsyncClient(cookies=cookies, timeout=30) as http:
         await asyncio.gather(*(worker(http) for _ in range(parallel)))
     return codes
 

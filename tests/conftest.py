@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -115,9 +115,9 @@ def app(settings: Settings) -> Starlette:
 
 
 @pytest.fixture
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+async def http(app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as client:
         yield client
 
 

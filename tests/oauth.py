@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
-import httpx
+import httpx2
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -53,7 +53,7 @@ def query(url: str) -> dict[str, str]:
 
 
 async def register_public_client(
-    http: httpx.AsyncClient, redirect_uri: str = "http://127.0.0.1/callback", **extra: Any
+    http: httpx2.AsyncClient, redirect_uri: str = "http://127.0.0.1/callback", **extra: Any
 ) -> dict[str, Any]:
     body = {
         "client_name": "Test client",
@@ -94,8 +94,8 @@ def authorization_params(
 
 
 async def follow(
-    http: httpx.AsyncClient, response: httpx.Response, limit: int = 10
-) -> httpx.Response:
+    http: httpx2.AsyncClient, response: httpx2.Response, limit: int = 10
+) -> httpx2.Response:
     """Follow same-server redirects; stop at the first one that leaves the server."""
     for _ in range(limit):
         if response.status_code not in (302, 303) or "location" not in response.headers:
@@ -108,21 +108,21 @@ async def follow(
 
 
 async def submit(
-    http: httpx.AsyncClient, page: httpx.Response, values: dict[str, str]
-) -> httpx.Response:
+    http: httpx2.AsyncClient, page: httpx2.Response, values: dict[str, str]
+) -> httpx2.Response:
     form = forms(page.text)[0]
     action = urljoin(str(page.request.url), form.action)
     return await http.post(action, data={**form.fields, **values})
 
 
 async def sign_in_and_approve(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     params: dict[str, str],
     *,
     username: str = "alice",
     password: str = "correct horse battery",
     action: str | None = "approve",
-) -> httpx.Response:
+) -> httpx2.Response:
     """Run the authorization request through login (and consent if shown); return the
     response that leaves the server (the redirect to the client)."""
     url = "/authorize?" + urlencode(params)

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+import httpx2
 
 VENV_BIN = Path(sys.executable).parent
 MCPAUTH = str(VENV_BIN / "mcpauth")
@@ -57,9 +57,9 @@ def wait_for(
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
         try:
-            httpx.get(url, timeout=1.0)
+            httpx2.get(url, timeout=1.0)
             return
-        except httpx.TransportError:
+        except httpx2.TransportError:
             time.sleep(0.05)
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 

@@ -3,7 +3,7 @@ JWKS cache) and ExpiringCache, the one in-memory cache with per-entry expiry."""
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.caching import ExpiringCache, cache_directives, freshness_lifetime
@@ -54,7 +54,7 @@ def test_directives_are_case_insensitive_and_unquoted() -> None:
     [("", 300.0), ("max-age=5", 30.0), ("no-store", 30.0), ("max-age=999999", 86400.0)],
 )
 def test_jwks_lifetime_keeps_keys_within_its_bounds(cache_control: str, seconds: float) -> None:
-    headers = httpx.Headers({"cache-control": cache_control} if cache_control else {})
+    headers = httpx2.Headers({"cache-control": cache_control} if cache_control else {})
     assert jwks_lifetime(headers, now=NOW, default=300.0, floor=30.0, ceiling=86400.0) == seconds
 
 

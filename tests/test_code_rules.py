@@ -178,3 +178,37 @@ def _wall_time_reads(tree: ast.AST) -> list[int]:
 def test_the_middleware_and_proxy_read_the_time_through_their_clock(path: Path) -> None:
     found = _wall_time_reads(ast.parse(path.read_text()))
     assert not found, f"{path.name} reads time.time() (lines {found}): use the injected clock"
+
+
+# Where each library with a rival in the environment may be imported (docs/architecture.md,
+# "One stack per concern"): every outbound call of mcpauth goes through httpx2; httpx is
+# imported only so that ``OAuth`` can also authenticate a caller's own httpx client.
+_LIBRARY_HOMES = {"httpx": {"client/auth.py"}}
+
+
+def _imported_roots(tree: ast.AST) -> set[str]:
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_each_rival_library_is_imported_only_in_its_home() -> None:
+    found = {
+        library: sorted(
+            rel
+            for path in SOURCES
+            if library in _imported_roots(ast.parse(path.read_text()))
+            and (rel := str(path.relative_to(PACKAGE))) not in homes
+        )
+        for library, homes in _LIBRARY_HOMES.items()
+    }
+    assert not any(found.values()), f"imported outside their home: {found}"
+
+
+def test_the_library_rule_sees_what_it_forbids() -> None:
+    sample = ast.parse("import httpx\nfrom httpx import Client\nfrom . import httpx2\n")
+    assert _imported_roots(sample) == {"httpx"}

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import jwt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
@@ -90,7 +90,7 @@ def mcpauth_server(
     process = common.spawn(common.serve_command(SERVER_CPU, base, port), log_path, env=env)
     try:
         common.wait_ready(process, f"{base}/health", log_path)
-        metadata = httpx.get(f"{base}/.well-known/oauth-authorization-server").json()
+        metadata = httpx2.get(f"{base}/.well-known/oauth-authorization-server").json()
         server = Server(name, base, metadata["token_endpoint"], metadata["jwks_uri"], process)
         yield server, client_id, secret
     finally:
@@ -109,7 +109,7 @@ def peer_server(workdir: Path, client_id: str, secret: str) -> Iterator[Server]:
     process = common.spawn(command, log_path, env=env, cwd=HERE)
     try:
         common.wait_ready(process, f"{base}/.well-known/openid-configuration", log_path)
-        metadata = httpx.get(f"{base}/.well-known/openid-configuration").json()
+        metadata = httpx2.get(f"{base}/.well-known/openid-configuration").json()
         yield Server(PEER_NAME, base, metadata["token_endpoint"], metadata["jwks_uri"], process)
     finally:
         common.stop(process)
@@ -117,7 +117,7 @@ def peer_server(workdir: Path, client_id: str, secret: str) -> Iterator[Server]:
 
 def verify(server: Server, auth: str, body: str) -> dict[str, Any]:
     """One token request: 200, an ES256 JWT signed by a key in the server's JWKS, aud = resource."""
-    response = httpx.post(
+    response = httpx2.post(
         server.token_url,
         content=body,
         headers={"Authorization": auth, "Content-Type": "application/x-www-form-urlencoded"},
@@ -126,7 +126,7 @@ def verify(server: Server, auth: str, body: str) -> dict[str, Any]:
         raise SystemExit(f"{server.name}: {response.status_code} {response.text}")
     token = response.json()["access_token"]
     header = jwt.get_unverified_header(token)
-    keys = jwt.PyJWKSet.from_dict(httpx.get(server.jwks_url).json())
+    keys = jwt.PyJWKSet.from_dict(httpx2.get(server.jwks_url).json())
     key = next((k for k in keys.keys if k.key_id == header.get("kid")), None)
     if key is None or header.get("alg") != "ES256":
         raise SystemExit(f"{server.name}: unexpected JWT header {header}")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from cryptography.hazmat.primitives.asymmetric import ec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
@@ -117,7 +117,7 @@ def proof(client_key: ec.EllipticCurvePrivateKey, url: str, token: str) -> str:
 
 def warm(url: str, row: Row, token: str, client_key: ec.EllipticCurvePrivateKey) -> None:
     """Fifty requests that must all be 200 (the JWKS fetched, the token cached)."""
-    with httpx.Client(timeout=30) as client:
+    with httpx2.Client(timeout=30) as client:
         for _ in range(50):
             headers = dict(HEADERS)
             if row.scheme:

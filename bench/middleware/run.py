@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 from jwt.utils import base64url_decode
@@ -104,7 +104,7 @@ def wrk(url: str, token: str, duration: int, connections: int) -> dict[str, floa
 
 def warm(url: str, token: str) -> None:
     headers = {**HEADERS, "Authorization": f"Bearer {token}"} if token else HEADERS
-    with httpx.Client(timeout=30) as client:
+    with httpx2.Client(timeout=30) as client:
         for _ in range(50):
             response = client.post(url, json=BODY, headers=headers)
             if response.status_code != 200:
@@ -148,7 +148,7 @@ def cold_verification(key: jwt.PrivateKey, issuer: str, n: int) -> dict[str, flo
         from cryptography.hazmat.primitives import serialization
         from fastmcp.server.auth.providers.jwt import JWTVerifier as FastVerifier
 
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             ours = JWTVerifier(issuer, resource, http=http)
             await ours.verify_token(tokens[0])
             pem = public.public_bytes(

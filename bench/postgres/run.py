@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # for bench/ and tests/
@@ -55,7 +55,7 @@ class Cluster:
     pids: list[int]
     client_id: str
     token_path: str
-    cookies: httpx.Cookies
+    cookies: httpx2.Cookies
 
 
 @contextmanager
@@ -81,7 +81,7 @@ def cluster(workdir: Path, database: str, replicas: int) -> Iterator[Cluster]:
             stack.callback(common.stop, process)
             processes.append(process)
             common.wait_ready(process, f"http://127.0.0.1:{port}/health", log, timeout=60)
-        metadata = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()
+        metadata = httpx2.get(f"{issuer}/.well-known/oauth-authorization-server").json()
         yield Cluster(
             issuer,
             ports,

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +108,7 @@ def server(workdir: Path, database: str) -> Iterator[pgbench.Cluster]:
         process = common.spawn(common.serve_command(SERVER_CPU, issuer, port, serve), log, env=env)
         stack.callback(common.stop, process)
         common.wait_ready(process, f"{issuer}/health", log, timeout=60)
-        metadata = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()
+        metadata = httpx2.get(f"{issuer}/.well-known/oauth-authorization-server").json()
         yield pgbench.Cluster(
             issuer,
             [port],

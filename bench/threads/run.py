@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -117,7 +117,7 @@ def server(name: str, tree: Path, workdir: Path, ca_file: Path) -> Iterator[Serv
     process = common.spawn(command, log, env=env, cwd=workdir)
     try:
         common.wait_ready(process, f"{issuer}/health", log)
-        token_url = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()[
+        token_url = httpx2.get(f"{issuer}/.well-known/oauth-authorization-server").json()[
             "token_endpoint"
         ]
         yield Server(name, issuer, token_url, process, public_id, bot_id, bot_key)
@@ -160,7 +160,7 @@ def wrk(srv: Server, bodies: list[str], workdir: Path, duration: float) -> dict[
 
 async def _timed(request: Any) -> float:
     started = time.monotonic()
-    response: httpx.Response = await request
+    response: httpx2.Response = await request
     if response.status_code != 200:
         raise SystemExit(f"{response.request.url}: {response.status_code} {response.text[:200]}")
     return (time.monotonic() - started) * 1000
@@ -170,9 +170,9 @@ async def stalled(srv: Server, stalling: StallingServer, racers: int) -> dict[st
     """Readiness and a private_key_jwt token timed while ``racers`` requests wait for one
     stalling metadata document."""
     url = stalling.url(f"/clients/{srv.name}.json")
-    limits = httpx.Limits(max_connections=racers + 10, max_keepalive_connections=racers + 10)
+    limits = httpx2.Limits(max_connections=racers + 10, max_keepalive_connections=racers + 10)
     bodies = assertion_bodies(srv, PROBES)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+    async with httpx2.AsyncClient(timeout=30, limits=limits) as http:
         params = {"response_type": "code", "client_id": url, "redirect_uri": common.REDIRECT_URI}
         params |= {"code_challenge": common.CHALLENGE, "code_challenge_method": "S256"}
         form = {"grant_type": "authorization_code", "code": "x", "client_id": url}

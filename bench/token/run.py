@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
 from bench import common
@@ -75,7 +75,7 @@ def server(workdir: Path, *, serialize_writes: bool = False) -> Iterator[Server]
     process = common.spawn(command, log, env=env)
     try:
         common.wait_ready(process, f"{issuer}/health", log)
-        metadata = httpx.get(f"{issuer}/.well-known/oauth-authorization-server").json()
+        metadata = httpx2.get(f"{issuer}/.well-known/oauth-authorization-server").json()
         token_path = urlsplit(metadata["token_endpoint"]).path
         yield Server(issuer, process, client_id, token_path)
     except BaseException:
@@ -86,7 +86,7 @@ def server(workdir: Path, *, serialize_writes: bool = False) -> Iterator[Server]
         common.stop(process)
 
 
-async def mint_codes(srv: Server, cookies: httpx.Cookies, count: int) -> list[str]:
+async def mint_codes(srv: Server, cookies: httpx2.Cookies, count: int) -> list[str]:
     """Up to ``count`` codes, as many as MINT_BUDGET seconds of minting yield."""
     return await common.mint_codes(
         srv.issuer, srv.client_id, cookies, count, parallel=MINT_PARALLEL, budget=MINT_BUDGET
@@ -159,7 +159,7 @@ async def exchange_codes(srv: Server, codes: list[str], parallel: int = 16) -> l
     bodies = common.code_bodies(srv.client_id, codes)
     tokens: list[str] = []
 
-    async def worker(http: httpx.AsyncClient) -> None:
+    async def worker(http: httpx2.AsyncClient) -> None:
         while bodies:
             body = bodies.pop()
             response = await http.post(
@@ -171,7 +171,7 @@ async def exchange_codes(srv: Server, codes: list[str], parallel: int = 16) -> l
                 raise SystemExit(f"exchange: {response.status_code} {response.text[:300]}")
             tokens.append(response.json()["refresh_token"])
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         await asyncio.gather(*(worker(http) for _ in range(parallel)))
     return tokens
 
@@ -179,7 +179,7 @@ async def exchange_codes(srv: Server, codes: list[str], parallel: int = 16) -> l
 class RefreshTokens:
     """A pool of unused refresh tokens, topped up by minting and redeeming more codes."""
 
-    def __init__(self, srv: Server, cookies: httpx.Cookies, tokens: list[str]) -> None:
+    def __init__(self, srv: Server, cookies: httpx2.Cookies, tokens: list[str]) -> None:
         self.srv, self.cookies, self.tokens = srv, cookies, tokens
 
     def take(self, count: int) -> list[str]:
@@ -195,7 +195,7 @@ ATTEMPTS = 4
 
 
 def exchange_round(
-    srv: Server, cookies: httpx.Cookies, args: argparse.Namespace, workdir: Path
+    srv: Server, cookies: httpx2.Cookies, args: argparse.Namespace, workdir: Path
 ) -> tuple[dict[str, Any], list[str]]:
     probe = calibrate(
         srv,

@@ -7,7 +7,7 @@
         registration=Registration(client_name="My agent"),
         storage=FileStorage(),
     )
-    httpx.get(url, auth=auth)                         # or httpx2.AsyncClient(auth=auth)
+    httpx2.get(url, auth=auth)                         # or httpx2.AsyncClient(auth=auth)
 
 Needs the ``client`` extra (``pip install 'mcpauth-kit[client]'``). The reference is
 ``docs/api/client.md``; the sans-I/O flow underneath is :mod:`mcpauth.client.flow`. Imports

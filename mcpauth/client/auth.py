@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import httpx
+import httpx  # only to authenticate a caller's httpx client; mcpauth's own calls use httpx2
 import httpx2
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse
@@ -51,7 +51,7 @@ AnyResponse = httpx.Response | httpx2.Response
 
 def _to_wire(template: AnyRequest | None, step: HTTPRequest) -> AnyRequest:
     """An ``httpx`` or ``httpx2`` request, matching the library of ``template``."""
-    cls = httpx2.Request if isinstance(template, httpx2.Request) else httpx.Request
+    cls = httpx.Request if isinstance(template, httpx.Request) else httpx2.Request
     return cls(step.method, step.url, headers=dict(step.headers), content=step.body)
 
 
@@ -175,7 +175,11 @@ class OAuth(httpx.Auth, httpx2.Auth):
     # -- standalone use (CLI, scripts) -------------------------------------------------------
 
     def token_sync(
-        self, *, force: bool = False, interactive: bool = True, client: httpx.Client | None = None
+        self,
+        *,
+        force: bool = False,
+        interactive: bool = True,
+        client: httpx2.Client | httpx.Client | None = None,
     ) -> TokenSet:
         """A valid token for the server: stored, refreshed or (if ``interactive``) authorized.
 
@@ -184,7 +188,7 @@ class OAuth(httpx.Auth, httpx2.Auth):
             ClientError: it could not be obtained.
         """
         flow = self.flow.acquire_flow(force=force, interactive=interactive)
-        own = httpx.Client(timeout=30.0) if client is None else contextlib.nullcontext(client)
+        own = httpx2.Client(timeout=30.0) if client is None else contextlib.nullcontext(client)
         with own as http:
             bridge = self._bridge(flow, None)
             try:

@@ -171,7 +171,7 @@ def _compatibility(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any, Any]:
-    import httpx
+    import httpx2
 
     from mcpauth.client import errors
 
@@ -182,12 +182,12 @@ def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[i
         (errors.RegistrationError, EXIT_DISCOVERY_FAILED),
         (errors.PKCENotSupported, EXIT_DISCOVERY_FAILED),
         (errors.ClientError, EXIT_REFUSED),
-        (httpx.HTTPError, EXIT_NETWORK),
+        (httpx2.HTTPError, EXIT_NETWORK),
     ]
     oauth = _oauth(args)
     try:
         return EXIT_OK, oauth.token_sync(force=force, interactive=interactive), oauth
-    except (errors.ClientError, httpx.HTTPError) as exc:
+    except (errors.ClientError, httpx2.HTTPError) as exc:
         print(f"mcpauth: {exc}", file=sys.stderr)
         code = next(code for kind, code in outcomes if isinstance(exc, kind))
         return code, None, oauth

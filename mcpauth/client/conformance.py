@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 
 from mcpauth.client._extras import CONFORMANCE, first_missing, install_hint
 from mcpauth.client.auth import OAuth
@@ -42,7 +42,7 @@ TIMEOUT = 20.0
 
 def follow_without_browser(authorization_url: str) -> str:
     """Stand in for the user: GET the authorization URL and read the redirect's ``Location``."""
-    response = httpx.get(authorization_url, follow_redirects=False, timeout=TIMEOUT)
+    response = httpx2.get(authorization_url, follow_redirects=False, timeout=TIMEOUT)
     location = response.headers.get("location")
     if response.status_code not in (301, 302, 303, 307, 308) or not location:
         raise ClientError(f"the authorization endpoint answered {response.status_code}")

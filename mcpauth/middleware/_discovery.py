@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 from pydantic import ValidationError
 
 from mcpauth.caching import wall_clock
@@ -38,13 +38,13 @@ def check_fetch_url(url: str) -> str:
     raise ConfigurationError(f"refusing to fetch {url!r}: https is required")
 
 
-async def capped_body(response: httpx.Response, url: str, limit: int) -> bytes:
+async def capped_body(response: httpx2.Response, url: str, limit: int) -> bytes:
     """The body of a streamed response, refused as soon as it passes ``limit`` bytes: the one
     response-size rule of every fetch the middleware makes.
 
     Raises:
         FetchError: the body is larger than ``limit``.
-        httpx.HTTPError: the transfer failed.
+        httpx2.HTTPError: the transfer failed.
     """
     body = bytearray()
     async for chunk in response.aiter_bytes():
@@ -54,7 +54,7 @@ async def capped_body(response: httpx.Response, url: str, limit: int) -> bytes:
     return bytes(body)
 
 
-async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any], httpx.Headers]:
+async def fetch_json(http: httpx2.AsyncClient, url: str) -> tuple[dict[str, Any], httpx2.Headers]:
     """GET a JSON object of at most :data:`MAX_DOCUMENT_BYTES`, following no redirects.
 
     Raises:
@@ -70,7 +70,7 @@ async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any],
                 raise FetchError(f"{url} answered {response.status_code}")
             body = await capped_body(response, url, MAX_DOCUMENT_BYTES)
             headers = response.headers
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise FetchError(f"cannot fetch {url}: {type(exc).__name__}") from exc
     try:
         document = json.loads(body)
@@ -81,7 +81,7 @@ async def fetch_json(http: httpx.AsyncClient, url: str) -> tuple[dict[str, Any],
     return document, headers
 
 
-async def discover_metadata(http: httpx.AsyncClient, issuer: str) -> AuthorizationServerMetadata:
+async def discover_metadata(http: httpx2.AsyncClient, issuer: str) -> AuthorizationServerMetadata:
     """Fetch the metadata of ``issuer``: RFC 8414 first, then OpenID Connect Discovery.
 
     Raises:

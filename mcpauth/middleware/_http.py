@@ -9,36 +9,36 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-import httpx
+import httpx2
 
-DEFAULT_TIMEOUT = httpx.Timeout(5.0)
+DEFAULT_TIMEOUT = httpx2.Timeout(5.0)
 
 
-def _default_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+def _default_client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(timeout=DEFAULT_TIMEOUT)
 
 
 class LazyClient:
-    """``given`` when there is one; else an ``httpx.AsyncClient`` made by ``factory`` on the
+    """``given`` when there is one; else an ``httpx2.AsyncClient`` made by ``factory`` on the
     first :meth:`get` and closed by :meth:`aclose` (a later :meth:`get` makes a new one)."""
 
     def __init__(
         self,
-        given: httpx.AsyncClient | None = None,
+        given: httpx2.AsyncClient | None = None,
         *,
-        factory: Callable[[], httpx.AsyncClient] = _default_client,
+        factory: Callable[[], httpx2.AsyncClient] = _default_client,
     ) -> None:
         self._given = given
         self._factory = factory
-        self._own: httpx.AsyncClient | None = None
+        self._own: httpx2.AsyncClient | None = None
 
     @property
-    def current(self) -> httpx.AsyncClient | None:
+    def current(self) -> httpx2.AsyncClient | None:
         """The client in use: the given one, the one created here, or ``None`` before the
         first :meth:`get` (and after :meth:`aclose`)."""
         return self._given if self._given is not None else self._own
 
-    def get(self) -> httpx.AsyncClient:
+    def get(self) -> httpx2.AsyncClient:
         if self._given is not None:
             return self._given
         if self._own is None:

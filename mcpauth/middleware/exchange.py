@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import anyio
-import httpx
+import httpx2
 
 from mcpauth.caching import wall_clock
 from mcpauth.errors import FetchError, error_for
@@ -51,7 +51,7 @@ class TokenExchanger(AsyncClosing):
         client_id: str,
         client_secret: str,
         token_endpoint: str | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: httpx2.AsyncClient | None = None,
         max_entries: int = 1000,
         clock: Callable[[], float] = wall_clock,
     ) -> None:
@@ -142,7 +142,7 @@ class TokenExchanger(AsyncClosing):
                 "POST", url, data=form, auth=self._auth, follow_redirects=False
             ) as response:
                 content = await capped_body(response, url, MAX_RESPONSE_BYTES)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise FetchError(f"cannot reach {url}: {type(exc).__name__}") from exc
         try:
             body = json.loads(content)

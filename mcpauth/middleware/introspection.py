@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 
 from mcpauth.errors import (
     ConfigurationError,
@@ -68,7 +68,7 @@ class IntrospectionVerifier(AsyncClosing):
         resource: str,
         client_id: str,
         client_secret: str,
-        http: httpx.AsyncClient | None = None,
+        http: httpx2.AsyncClient | None = None,
         issuer: str | None = None,
         endpoint: str | None = None,
         cache_seconds: float = 60.0,
@@ -92,7 +92,7 @@ class IntrospectionVerifier(AsyncClosing):
         )
 
     @property
-    def http(self) -> httpx.AsyncClient | None:
+    def http(self) -> httpx2.AsyncClient | None:
         """The HTTP client in use (``None`` until the first call when none was given)."""
         return self._client.current
 
@@ -162,7 +162,7 @@ class IntrospectionVerifier(AsyncClosing):
                 follow_redirects=False,
             ) as response:
                 content = await capped_body(response, endpoint, MAX_DOCUMENT_BYTES)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise TemporarilyUnavailable("The introspection endpoint cannot be reached") from exc
         except FetchError as exc:
             raise TemporarilyUnavailable("The introspection response is too large") from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-import httpx
+import httpx2
 
 from mcpauth import jwt
 from mcpauth.caching import ExpiringCache, freshness_lifetime
@@ -29,7 +29,7 @@ _KEYS = "keys"  # the one entry: this issuer's current key set
 
 
 def cache_lifetime(
-    headers: httpx.Headers, *, now: float, default: float, floor: float, ceiling: float
+    headers: httpx2.Headers, *, now: float, default: float, floor: float, ceiling: float
 ) -> float:
     """Seconds a JWKS response may be reused (its HTTP freshness, ``default`` when it states
     none), clamped to [floor, ceiling]: even ``no-store`` keys are kept ``floor`` seconds, or
@@ -58,7 +58,7 @@ class JWKSCache(AsyncClosing):
         self,
         issuer: str,
         *,
-        http: httpx.AsyncClient | None = None,
+        http: httpx2.AsyncClient | None = None,
         jwks_uri: str | None = None,
         min_refresh_interval: float = 30.0,
         default_cache_seconds: float = 300.0,
@@ -84,7 +84,7 @@ class JWKSCache(AsyncClosing):
         )
 
     @property
-    def http(self) -> httpx.AsyncClient | None:
+    def http(self) -> httpx2.AsyncClient | None:
         """The HTTP client in use (``None`` until the first fetch when none was given)."""
         return self._client.current
 

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 from starlette.authentication import BaseUser
 
 from mcpauth.errors import (
@@ -78,7 +78,7 @@ UNAVAILABLE = "The authorization server is unavailable; try again later"
 
 
 def default_verifier(
-    resource: str, issuers: Sequence[str], http: httpx.AsyncClient | None = None
+    resource: str, issuers: Sequence[str], http: httpx2.AsyncClient | None = None
 ) -> JWTVerifier | MultiIssuerVerifier:
     """RFC 9068 JWT verification against each authorization server's JWKS, over ``http`` (the
     caller's) or a client each verifier creates on first use; close it with ``aclose()``."""
@@ -117,7 +117,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         authorization_servers: Sequence[str],
         policy: ScopePolicy | None = None,
         verifier: TokenVerifier | None = None,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: httpx2.AsyncClient | None = None,
         dpop: DPoP | None = None,
         limits: Limits | None = None,
         allowed_origins: Iterable[str] | None = None,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
-import httpx
+import httpx2
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidToken
@@ -188,7 +188,7 @@ class JWTVerifier(AsyncClosing):
         issuer: str,
         audience: str,
         jwks_uri: str | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: httpx2.AsyncClient | None = None,
         *,
         typ: Iterable[str] | None = jwt.ACCESS_TOKEN_TYPES,
         leeway: float = 30.0,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
-import httpx
+import httpx2
 
 from mcpauth.middleware._asgi import (
     ASGIApp,
@@ -102,11 +102,11 @@ class IdentityHeaders:
         )
 
 
-def default_client() -> httpx.AsyncClient:
+def default_client() -> httpx2.AsyncClient:
     """Pooled connections; no read timeout so that SSE streams may stay open."""
-    timeout = httpx.Timeout(connect=5.0, read=None, write=30.0, pool=10.0)
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
-    return httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False)
+    timeout = httpx2.Timeout(connect=5.0, read=None, write=30.0, pool=10.0)
+    limits = httpx2.Limits(max_connections=200, max_keepalive_connections=50)
+    return httpx2.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False)
 
 
 class UpstreamProxy(AsyncClosing):
@@ -129,7 +129,7 @@ class UpstreamProxy(AsyncClosing):
         upstream: str,
         *,
         path: str,
-        client: httpx.AsyncClient | None = None,
+        client: httpx2.AsyncClient | None = None,
         identity_headers: IdentityHeaders | None = None,
         allowed_origins: Iterable[str] | None = None,
     ) -> None:
@@ -141,7 +141,7 @@ class UpstreamProxy(AsyncClosing):
         self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | _CREDENTIALS
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> httpx2.AsyncClient:
         """The client requests go upstream with: ``client=``, or one created on first use."""
         return self._client.get()
 
@@ -172,7 +172,7 @@ class UpstreamProxy(AsyncClosing):
         )
         try:
             response = await client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             logger.warning("upstream %s failed: %s", self.upstream, type(exc).__name__)
             await send_json(
                 send, 502, jsonrpc_error(UPSTREAM_UNAVAILABLE, "Upstream MCP server unavailable")
@@ -310,7 +310,7 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def _relay(
-    response: httpx.Response, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
+    response: httpx2.Response, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
 ) -> None:
     """Stream the upstream response to the client; stop when the client goes away."""
     raw = [(key.lower(), value) for key, value in response.headers.raw]

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
-import httpx
 import httpx2
 
 from mcpauth.errors import ConfigurationError
@@ -70,7 +69,7 @@ def trust_store(ca_file: str | None) -> ssl.SSLContext:
     Raises:
         ConfigurationError: ``ca_file`` cannot be read or holds no certificate.
     """
-    context = httpx.create_ssl_context(trust_env=False)
+    context = httpx2.create_ssl_context(trust_env=False)
     if ca_file:
         try:
             context.load_verify_locations(cafile=ca_file)
@@ -85,10 +84,6 @@ class Outbound:
 
     ssl_context: ssl.SSLContext
     proxy: ProxyRoute | None = None
-
-    def httpx_options(self) -> dict[str, Any]:
-        """Keyword arguments for an ``httpx`` client or call on this route."""
-        return {"verify": self.ssl_context, "trust_env": False, "proxy": self._proxy_url()}
 
     def httpx2_transport(self) -> httpx2.AsyncHTTPTransport:
         """An ``httpx2`` transport (Authlib's client) on this route, with no retries."""

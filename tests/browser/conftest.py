@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import httpx
+import httpx2
 import pytest
 
 from ..chromium import PageProblems, launch
@@ -88,7 +88,7 @@ class Server:
 
     def register(self, name: str = "Inspector (test)") -> str:
         """A public client registered by dynamic registration, redirecting to the callback."""
-        response = httpx.post(
+        response = httpx2.post(
             f"{self.issuer}/register",
             json={
                 "client_name": name,
@@ -122,7 +122,7 @@ class Server:
         return f"{self.issuer}/authorize?{urlencode(params)}", verifier, state
 
     def exchange(self, client_id: str, code: str, verifier: str) -> dict[str, Any]:
-        response = httpx.post(
+        response = httpx2.post(
             f"{self.issuer}/token",
             data={
                 "grant_type": "authorization_code",

@@ -11,7 +11,7 @@ import re
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 
 from .conftest import MAX_FAILURES, PASSWORD, Server
@@ -61,7 +61,7 @@ def test_sign_in_and_consent_deliver_code_state_and_iss_and_account_revokes(
     assert page.get_by_role("status").inner_text() == "Access for Inspector (test) was revoked."
     assert page.get_by_text("No application is connected to your account.").is_visible()
     tab.check("account-revoked")
-    refreshed = httpx.post(
+    refreshed = httpx2.post(
         f"{server.issuer}/token",
         data={
             "grant_type": "refresh_token",

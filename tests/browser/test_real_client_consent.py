@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import httpx
+import httpx2
 import pytest
 
 from .conftest import Server
@@ -22,7 +22,7 @@ CURSOR = "cursor://anysphere.cursor-mcp/oauth/callback"
 def test_cursor_s_custom_scheme_is_named_on_consent_and_receives_the_code(
     server: Server, visit: Any
 ) -> None:
-    registered = httpx.post(
+    registered = httpx2.post(
         f"{server.issuer}/register",
         json={
             "client_name": "Cursor",
@@ -41,7 +41,7 @@ def test_cursor_s_custom_scheme_is_named_on_consent_and_receives_the_code(
     client_id = registered.json()["client_id"]
     url, _, state = server.authorize_url(client_id)
     # the same request, redirecting to the private-use scheme
-    params = dict(httpx.URL(url).params) | {"redirect_uri": CURSOR}
+    params = dict(httpx2.URL(url).params) | {"redirect_uri": CURSOR}
     tab = visit()
     page = tab.page
     page.goto(f"{server.issuer}/authorize?{urlencode(params)}")

@@ -17,7 +17,7 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from ..e2e.chromium_opener import CallbackListener
@@ -109,7 +109,7 @@ client_secret_env = "GITHUB_SECRET"
 
 
 def standin_requests(world: World) -> dict[str, Any]:
-    return dict(httpx.get(f"{world.corp}/_standin/requests", timeout=10).json())
+    return dict(httpx2.get(f"{world.corp}/_standin/requests", timeout=10).json())
 
 
 def identity(world: World, subject: str) -> tuple[Any, ...] | None:
@@ -189,7 +189,7 @@ def test_a_github_api_that_is_down_is_a_plain_page_with_a_way_back(
     page = tab.page
     page.goto(world.authorize_url(world.register())[0])
     page.get_by_role("button", name="Continue with GitHub").click()
-    down = httpx.post(f"{world.corp}/_standin/api", json={"down": True}, timeout=10)
+    down = httpx2.post(f"{world.corp}/_standin/api", json={"down": True}, timeout=10)
     assert down.json() == {"down": True}
     try:
         authorize_at_github(page, world, "octocat")
@@ -200,7 +200,7 @@ def test_a_github_api_that_is_down_is_a_plain_page_with_a_way_back(
         tab.check("upstream-github-down")
         assert standin_requests(world)["api"][-1] == "GET /api/v3/user"
     finally:
-        httpx.post(f"{world.corp}/_standin/api", json={"down": False}, timeout=10)
+        httpx2.post(f"{world.corp}/_standin/api", json={"down": False}, timeout=10)
     assert world.users() == before
     page.get_by_role("link", name="Back to sign-in").click()
     assert page.get_by_role("button", name="Continue with GitHub").is_visible()

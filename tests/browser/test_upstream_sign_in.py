@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 from playwright.sync_api import expect
@@ -46,7 +46,7 @@ class World:
     listener: CallbackListener
 
     def register(self) -> str:
-        response = httpx.post(
+        response = httpx2.post(
             f"{self.issuer}/register",
             json={
                 "client_name": "Upstream test app",
@@ -80,7 +80,7 @@ class World:
         page.get_by_role("button", name="Approve").click()
         callback = self.listener.wait(arrived + 1)
         assert callback["iss"] == self.issuer
-        token = httpx.post(
+        token = httpx2.post(
             f"{self.issuer}/token",
             data={
                 "grant_type": "authorization_code", "code": callback["code"],

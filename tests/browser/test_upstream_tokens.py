@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.oauth import TOKEN_EXCHANGE
@@ -67,8 +67,8 @@ class Kept(World):
         assert tokens is not None
         return tokens.access_token, tokens.refresh_token
 
-    def exchange(self, subject: str) -> httpx.Response:
-        return httpx.post(
+    def exchange(self, subject: str) -> httpx2.Response:
+        return httpx2.post(
             f"{self.issuer}/token",
             data={"grant_type": TOKEN_EXCHANGE, "subject_token": subject,
                   "subject_token_type": ACCESS, "audience": "corp"},
@@ -76,9 +76,9 @@ class Kept(World):
             timeout=20,
         )  # fmt: skip
 
-    def userinfo(self, access_token: str) -> httpx.Response:
+    def userinfo(self, access_token: str) -> httpx2.Response:
         """The provider's own API, called with what the exchange handed out."""
-        return httpx.get(
+        return httpx2.get(
             f"{self.corp}/me", headers={"Authorization": f"Bearer {access_token}"}, timeout=10
         )
 
@@ -206,7 +206,7 @@ def test_a_refresh_token_revoked_at_the_provider_deletes_what_was_kept(
     bob = kept.user_id("bob")
     _, refresh_token = kept.opened(bob)
     assert refresh_token is not None
-    revoked = httpx.post(
+    revoked = httpx2.post(
         f"{kept.corp}/token/revocation",
         data={"token": refresh_token, "token_type_hint": "refresh_token"},
         auth=("mcpauth-at-corp", CORP_SECRET),

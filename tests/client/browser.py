@@ -10,7 +10,7 @@ import os
 import sys
 from html.parser import HTMLParser
 
-import httpx
+import httpx2
 
 
 class _Form(HTMLParser):
@@ -30,9 +30,9 @@ class _Form(HTMLParser):
                 self.fields[values["name"]] = values.get("value", "")
 
 
-def visit(url: str, username: str | None = None, password: str | None = None) -> httpx.Response:
+def visit(url: str, username: str | None = None, password: str | None = None) -> httpx2.Response:
     """Open ``url``; submit the login form and approve consent until no form is left."""
-    with httpx.Client(follow_redirects=True, timeout=15) as client:
+    with httpx2.Client(follow_redirects=True, timeout=15) as client:
         response = client.get(url)
         for _ in range(5):
             form = _Form()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.client.credentials import ClientCredentials
@@ -38,7 +38,7 @@ def fake() -> FakeServers:
     return FakeServers()
 
 
-def follow(client: httpx.Client) -> Callable[[str], str]:
+def follow(client: httpx2.Client) -> Callable[[str], str]:
     """A stand-in user: GET the authorization URL and hand back the redirect location."""
 
     def go(url: str) -> str:
@@ -125,13 +125,13 @@ class Driver:
             return stop.value
 
 
-def to_response(response: httpx.Response) -> HTTPResponse:
+def to_response(response: httpx2.Response) -> HTTPResponse:
     headers = {k.lower(): v for k, v in response.headers.items()}
     challenges = tuple(response.headers.get_list("www-authenticate"))
     return HTTPResponse(response.status_code, headers, response.content, challenges)
 
 
-def fake_driver(fake: FakeServers, client: httpx.Client) -> Driver:
+def fake_driver(fake: FakeServers, client: httpx2.Client) -> Driver:
     """A driver whose HTTP, caller's request (POST /mcp) and user all go to the fake."""
 
     def http(request: HTTPRequest) -> HTTPResponse:
@@ -148,31 +148,31 @@ def fake_driver(fake: FakeServers, client: httpx.Client) -> Driver:
 
 
 @pytest.fixture
-def driver(fake: FakeServers, sync_client: httpx.Client) -> Driver:
+def driver(fake: FakeServers, sync_client: httpx2.Client) -> Driver:
     return fake_driver(fake, sync_client)
 
 
 @pytest.fixture
-def sync_client(fake: FakeServers) -> Iterator[httpx.Client]:
+def sync_client(fake: FakeServers) -> Iterator[httpx2.Client]:
     """An httpx client wired to the fake through WSGI-less mock transport over its ASGI app."""
-    with httpx.Client(transport=_SyncASGI(fake), base_url=fake.base) as client:
+    with httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base) as client:
         yield client
 
 
-class _SyncASGI(httpx.BaseTransport):
+class _SyncASGI(httpx2.BaseTransport):
     """Run the fake's ASGI app synchronously (each request in a fresh event loop)."""
 
     def __init__(self, fake: FakeServers) -> None:
         self.app = fake.app()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         import anyio
 
-        async def call() -> httpx.Response:
-            transport = httpx.ASGITransport(app=self.app)
+        async def call() -> httpx2.Response:
+            transport = httpx2.ASGITransport(app=self.app)
             response = await transport.handle_async_request(request)
             body = await response.aread()
-            return httpx.Response(response.status_code, headers=response.headers, content=body)
+            return httpx2.Response(response.status_code, headers=response.headers, content=body)
 
         request.read()
         return anyio.run(call)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth import jwt as jose
@@ -137,10 +137,10 @@ def test_credentials_never_show_their_secret() -> None:
     assert "s3cret" not in repr(ClientCredentials("c", "s3cret"))
 
 
-Make = Callable[[FakeServers, httpx.Client], OAuth]
+Make = Callable[[FakeServers, httpx2.Client], OAuth]
 
 
-def grouped_form(fake: FakeServers, user: httpx.Client) -> OAuth:
+def grouped_form(fake: FakeServers, user: httpx2.Client) -> OAuth:
     return OAuth(
         fake.resource,
         registration=Registration(client_name="Grouped agent"),
@@ -154,8 +154,8 @@ def run_against_a_fake(make: Make) -> FakeServers:
     """Sign in, use the token, let it expire and use it again; the fake records everything."""
     fake = FakeServers()
     with (
-        httpx.Client(transport=_SyncASGI(fake), base_url=fake.base) as user,
-        httpx.Client(transport=_SyncASGI(fake), auth=make(fake, user)) as client,
+        httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base) as user,
+        httpx2.Client(transport=_SyncASGI(fake), auth=make(fake, user)) as client,
     ):
         assert client.post(fake.resource, json={}).status_code == 200
         fake.now += fake.expires_in

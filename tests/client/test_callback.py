@@ -6,7 +6,7 @@ import io
 import threading
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.client import callback as callback_module
@@ -26,8 +26,8 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     def browser(url: str) -> bool:
         urls.append(url)
         target = url.split("#", 1)[1]  # tests put the redirect target after '#'
-        httpx.get(f"http://127.0.0.1:{browser.port}/favicon.ico")  # type: ignore[attr-defined]
-        httpx.get(target)
+        httpx2.get(f"http://127.0.0.1:{browser.port}/favicon.ico")  # type: ignore[attr-defined]
+        httpx2.get(target)
         return True
 
     browser.port = 0  # type: ignore[attr-defined]

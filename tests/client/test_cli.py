@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.client import callback as callback_module
@@ -47,7 +47,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def open_url(url: str) -> bool:
         opened.append(url)
-        httpx.get(url, follow_redirects=True, timeout=10)
+        httpx2.get(url, follow_redirects=True, timeout=10)
         return True
 
     monkeypatch.setattr(callback_module.webbrowser, "open", open_url)
@@ -146,7 +146,7 @@ def test_token_dpop_prints_the_header_lines_of_one_request(
     assert run("token", served.resource, *args) == 0
     headers = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    assert httpx.post(served.resource, json=ping, headers=headers).status_code == 200
+    assert httpx2.post(served.resource, json=ping, headers=headers).status_code == 200
     assert len(served.token_requests) == 1  # the stored bound token, its key from the store
     # a bound token is never printed alone
     assert run("token", served.resource, *args[:-1]) == EXIT_REFUSED

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -96,12 +96,12 @@ def entra() -> EntraLike:
 
 
 @pytest.fixture
-def user(entra: EntraLike) -> Iterator[httpx.Client]:
-    with httpx.Client(transport=_SyncASGI(entra), base_url=entra.base) as client:
+def user(entra: EntraLike) -> Iterator[httpx2.Client]:
+    with httpx2.Client(transport=_SyncASGI(entra), base_url=entra.base) as client:
         yield client
 
 
-def client(entra: EntraLike, user: httpx.Client, **policy: Any) -> httpx.Client:
+def client(entra: EntraLike, user: httpx2.Client, **policy: Any) -> httpx2.Client:
     auth = OAuth(
         entra.resource,
         credentials=ClientCredentials("mcp-client", "s3cret"),
@@ -109,11 +109,11 @@ def client(entra: EntraLike, user: httpx.Client, **policy: Any) -> httpx.Client:
         redirect_handler=CallableRedirectHandler("http://127.0.0.1:9999/callback", follow(user)),
         policy=Policy(clock=entra.clock, **policy),
     )
-    return httpx.Client(transport=_SyncASGI(entra), base_url=entra.base, auth=auth)
+    return httpx2.Client(transport=_SyncASGI(entra), base_url=entra.base, auth=auth)
 
 
 def test_without_compatibility_the_helper_refuses_as_mcp_requires(
-    entra: EntraLike, user: httpx.Client
+    entra: EntraLike, user: httpx2.Client
 ) -> None:
     with client(entra, user) as http, pytest.raises(PKCENotSupported):
         http.post(entra.resource, json={})
@@ -121,7 +121,7 @@ def test_without_compatibility_the_helper_refuses_as_mcp_requires(
 
 
 def test_entra_id_sign_in_refresh_and_step_up_work_with_its_compatibility(
-    entra: EntraLike, user: httpx.Client
+    entra: EntraLike, user: httpx2.Client
 ) -> None:
     with client(entra, user, compatibility=ServerCompatibility.entra_id(APP)) as http:
         first = http.post(entra.resource, json={})
@@ -158,7 +158,7 @@ def test_entra_id_sign_in_refresh_and_step_up_work_with_its_compatibility(
 
 
 def test_compatibility_for_another_authorization_server_sends_nothing(
-    entra: EntraLike, user: httpx.Client
+    entra: EntraLike, user: httpx2.Client
 ) -> None:
     """A policy meant for one tenant, met by another server: refused before any request, so
     no token meant for that tenant's API is asked for on another MCP server's behalf."""
@@ -176,7 +176,7 @@ def test_compatibility_for_another_authorization_server_sends_nothing(
 
 
 def test_a_server_that_refuses_resource_refuses_the_mcp_default(
-    entra: EntraLike, user: httpx.Client
+    entra: EntraLike, user: httpx2.Client
 ) -> None:
     """What the compatibility is for: only PKCE assumed, resource still sent → refused."""
     partial = ServerCompatibility(scope_prefix=APP + "/", assume_pkce_s256=True)

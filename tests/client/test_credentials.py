@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 
@@ -117,7 +117,7 @@ def test_clx2_enterprise_flow_exchanges_the_id_token_then_redeems_the_id_jag(
         body = {"access_token": "the-id-jag", "issued_token_type": ID_JAG_TYPE, "token_type": "N_A"}
         return HTTPResponse(200, {}, json.dumps(body).encode())
 
-    with httpx.Client(transport=_SyncASGI(fake), base_url=fake.base) as client:
+    with httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base) as client:
         driver = fake_driver(fake, client)
         inner = driver._http
         assert inner is not None

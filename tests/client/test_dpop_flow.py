@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.responses import JSONResponse, Response
 
@@ -34,7 +34,7 @@ PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 
 
 class Client:
-    """``OAuth`` for the fake's resource (client_credentials) in an ``httpx.Client`` that
+    """``OAuth`` for the fake's resource (client_credentials) in an ``httpx2.Client`` that
     records the DPoP header of every request it sends."""
 
     def __init__(self, fake: FakeServers, storage: TokenStorage | None = None, **policy: Any):
@@ -47,17 +47,17 @@ class Client:
             policy=Policy(clock=fake.clock, **policy),
         )
         self.sent: list[tuple[str, str | None]] = []  # (path, DPoP header)
-        self.http = httpx.Client(
+        self.http = httpx2.Client(
             transport=_SyncASGI(fake),
             base_url=fake.base,
             auth=self.auth,
             event_hooks={"request": [self._record]},
         )
 
-    def _record(self, request: httpx.Request) -> None:
+    def _record(self, request: httpx2.Request) -> None:
         self.sent.append((request.url.path, request.headers.get("dpop")))
 
-    def call(self) -> httpx.Response:
+    def call(self) -> httpx2.Response:
         return self.http.post(self.fake.resource, json=PING)
 
     def proofs_to(self, path: str) -> list[str | None]:
@@ -299,8 +299,8 @@ async def test_the_async_client_sends_the_same_proofs(offering: FakeServers) -> 
         grant=ClientCredentialsGrant(),
         policy=Policy(clock=offering.clock),
     )
-    transport = httpx.ASGITransport(app=offering.app())
-    async with httpx.AsyncClient(transport=transport, auth=auth) as http:
+    transport = httpx2.ASGITransport(app=offering.app())
+    async with httpx2.AsyncClient(transport=transport, auth=auth) as http:
         responses = [await http.post(offering.resource, json=PING) for _ in range(2)]
     assert [r.status_code for r in responses] == [200, 200]
     assert [p.nonce for p in offering.resource_proofs] == ["rs-nonce-async"] * 2

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -61,7 +61,7 @@ class DPoPResource:
 
     async def claims(self, token: str) -> dict[str, Any]:
         if not self.keys:
-            async with httpx.AsyncClient(timeout=10) as http:
+            async with httpx2.AsyncClient(timeout=10) as http:
                 metadata = (
                     await http.get(f"{self.issuer}/.well-known/oauth-authorization-server")
                 ).json()
@@ -138,7 +138,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         serve_args = [MCPAUTH, "serve", "--issuer", issuer, "--port", port]
         ready = f"{issuer}/.well-known/oauth-authorization-server"
         with running(serve_args, ready_url=ready, env=env, cwd=tmp_path):
-            metadata = httpx.get(ready, timeout=10).json()
+            metadata = httpx2.get(ready, timeout=10).json()
             assert "ES256" in metadata["dpop_signing_alg_values_supported"]
             yield Stack(issuer, resource, metadata["token_endpoint"])
 
@@ -163,7 +163,7 @@ def client(stack: Stack, store: Path, clock: Clock) -> OAuth:
     )
 
 
-def refresh_with(stack: Stack, auth: OAuth, key: DPoPKey | None) -> httpx.Response:
+def refresh_with(stack: Stack, auth: OAuth, key: DPoPKey | None) -> httpx2.Response:
     """The client's current refresh token at the token endpoint, proved with ``key``."""
     assert auth.tokens is not None
     assert auth.tokens.refresh_token is not None
@@ -175,7 +175,7 @@ def refresh_with(stack: Stack, auth: OAuth, key: DPoPKey | None) -> httpx.Respon
         "resource": stack.resource.resource,
     }
     headers = {} if key is None else {"dpop": key.proof("POST", stack.token_endpoint)}
-    return httpx.post(stack.token_endpoint, data=form, headers=headers, timeout=10)
+    return httpx2.post(stack.token_endpoint, data=form, headers=headers, timeout=10)
 
 
 def test_a_bound_token_from_mcpauth_serve_refreshed_with_its_key_and_only_with_it(
@@ -191,7 +191,7 @@ def test_a_bound_token_from_mcpauth_serve_refreshed_with_its_key_and_only_with_i
     monkeypatch.setattr(callback_module.webbrowser, "open", browser)
     store, clock, resource = tmp_path / "client.json", Clock(), stack.resource
     auth = client(stack, store, clock)
-    with httpx.Client(auth=auth, timeout=30) as http:
+    with httpx2.Client(auth=auth, timeout=30) as http:
         assert http.post(resource.resource, json=PING).status_code == 200
         key = auth.flow.dpop_key
         assert key is not None
@@ -209,7 +209,7 @@ def test_a_bound_token_from_mcpauth_serve_refreshed_with_its_key_and_only_with_i
             "authorization": f"DPoP {first.access_token}",
             "dpop": thief.proof("POST", resource.resource, access_token=first.access_token),
         }
-        assert httpx.post(resource.resource, json=PING, headers=stolen).status_code == 401
+        assert httpx2.post(resource.resource, json=PING, headers=stolen).status_code == 401
 
         # someone else's key, or none, cannot refresh it, and the attempts spend nothing
         for other in (thief, None):
@@ -230,7 +230,7 @@ def test_a_bound_token_from_mcpauth_serve_refreshed_with_its_key_and_only_with_i
     # the key lives in the 0600 store with the tokens: the next process uses both
     assert stat.S_IMODE(store.stat().st_mode) == 0o600
     assert list(json.loads(store.read_text())["dpop_keys"]) == [stack.issuer]
-    with httpx.Client(auth=client(stack, store, clock), timeout=30) as http:
+    with httpx2.Client(auth=client(stack, store, clock), timeout=30) as http:
         assert http.post(resource.resource, json=PING).status_code == 200
     assert resource.seen[-1] == key.thumbprint
     assert len(signed_in) == 1

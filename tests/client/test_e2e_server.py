@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
@@ -127,7 +126,7 @@ def test_login_token_and_restart_refresh_against_the_real_server(stack: Stack) -
     access = token.stdout.strip()
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     headers = {"authorization": f"Bearer {access}", "accept": "application/json, text/event-stream"}
-    assert httpx.post(stack.resource, json=ping, headers=headers).status_code != 401
+    assert httpx2.post(stack.resource, json=ping, headers=headers).status_code != 401
 
     store = Path(stack.env["MCPAUTH_CLIENT_STORE"])
     document = json.loads(store.read_text())

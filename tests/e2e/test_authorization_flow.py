@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth import jwt
@@ -66,7 +66,7 @@ class AuthServer:
         return str(self.metadata["token_endpoint"])
 
     def key_set(self) -> dict[str, jwt.VerificationKey]:
-        return jwt.key_set(httpx.get(self.metadata["jwks_uri"], timeout=10).json())
+        return jwt.key_set(httpx2.get(self.metadata["jwks_uri"], timeout=10).json())
 
 
 @contextmanager
@@ -110,7 +110,7 @@ def auth_server(
     ]
     with running(args, ready_url=f"{issuer}/health", env=env, cwd=tmp_path) as process:
         server.process = process
-        response = httpx.get(f"{issuer}/.well-known/oauth-authorization-server", timeout=10)
+        response = httpx2.get(f"{issuer}/.well-known/oauth-authorization-server", timeout=10)
         assert response.status_code == 200, response.text
         server.metadata = response.json()
         assert server.metadata["issuer"] == issuer
@@ -127,7 +127,7 @@ class Browser:
 
     def __init__(self, issuer: str) -> None:
         self.issuer = issuer
-        self.http = httpx.Client(timeout=30)
+        self.http = httpx2.Client(timeout=30)
 
     def close(self) -> None:
         self.http.close()
@@ -138,7 +138,7 @@ class Browser:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def follow(self, response: httpx.Response) -> httpx.Response:
+    def follow(self, response: httpx2.Response) -> httpx2.Response:
         for _ in range(10):
             if response.status_code not in (302, 303) or "location" not in response.headers:
                 return response
@@ -148,7 +148,7 @@ class Browser:
             response = self.http.get(location)
         raise AssertionError("too many redirects inside the authorization server")
 
-    def submit(self, page: httpx.Response, values: dict[str, str]) -> httpx.Response:
+    def submit(self, page: httpx2.Response, values: dict[str, str]) -> httpx2.Response:
         form = forms(page.text)[0]
         action = urljoin(str(page.request.url), form.action)
         return self.follow(self.http.post(action, data={**form.fields, **values}))
@@ -160,7 +160,7 @@ class Browser:
         username: str = USERNAME,
         password: str = PASSWORD,
         action: str = "approve",
-    ) -> tuple[httpx.Response, list[str]]:
+    ) -> tuple[httpx2.Response, list[str]]:
         """Open ``url`` and go through whatever pages come: login, consent. Returns the response
         that redirects back to the client and the names of the pages that were shown."""
         shown: list[str] = []
@@ -195,7 +195,7 @@ class Authorization:
 
 
 def register_public_client(server: AuthServer, redirect_uri: str) -> str:
-    response = httpx.post(
+    response = httpx2.post(
         server.metadata["registration_endpoint"],
         json={
             "client_name": "E2E test client",
@@ -249,8 +249,8 @@ def authorize(
     return Authorization(client_id, redirect_uri, verifier, params["code"], state)
 
 
-def redeem(server: AuthServer, auth: Authorization, **extra: str) -> httpx.Response:
-    return httpx.post(
+def redeem(server: AuthServer, auth: Authorization, **extra: str) -> httpx2.Response:
+    return httpx2.post(
         server.token_endpoint,
         data={
             "grant_type": "authorization_code",
@@ -265,8 +265,8 @@ def redeem(server: AuthServer, auth: Authorization, **extra: str) -> httpx.Respo
     )
 
 
-def refresh(server: AuthServer, client_id: str, refresh_token: str) -> httpx.Response:
-    return httpx.post(
+def refresh(server: AuthServer, client_id: str, refresh_token: str) -> httpx2.Response:
+    return httpx2.post(
         server.token_endpoint,
         data={
             "grant_type": "refresh_token",
@@ -278,7 +278,7 @@ def refresh(server: AuthServer, client_id: str, refresh_token: str) -> httpx.Res
     )
 
 
-def assert_invalid_grant(response: httpx.Response) -> None:
+def assert_invalid_grant(response: httpx2.Response) -> None:
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "invalid_grant"
     assert "no-store" in response.headers["cache-control"]
@@ -292,7 +292,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
 
 
 def assert_token_response(
-    server: AuthServer, response: httpx.Response, client_id: str
+    server: AuthServer, response: httpx2.Response, client_id: str
 ) -> dict[str, Any]:
     """A successful token response whose access token is an RFC 9068 JWT for RESOURCE, signed by
     a key the JWKS publishes; returns the body with the verified claims under ``claims``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -36,22 +36,22 @@ def cimd_app(make_settings: Callable[..., Settings], server: DocumentServer) -> 
 
 
 @pytest.fixture
-async def http(cimd_app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(cimd_app), base_url=ISSUER
+async def http(cimd_app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(cimd_app), base_url=ISSUER
     ) as client:
         yield client
 
 
 async def test_as07_metadata_advertises_client_id_metadata_documents(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     meta = (await http.get("/.well-known/oauth-authorization-server")).json()
     assert meta["client_id_metadata_document_supported"] is True
 
 
 async def test_as08_a_url_client_id_completes_the_flow(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     server: DocumentServer,
 ) -> None:
     client_id = server.url("/clients/app.json")
@@ -85,7 +85,7 @@ async def test_as08_a_url_client_id_completes_the_flow(
 
 
 async def test_as11_a_redirect_uri_not_in_the_document_is_refused_without_redirect(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     server: DocumentServer,
 ) -> None:
     params = authorization_params(
@@ -100,7 +100,7 @@ async def test_as11_a_redirect_uri_not_in_the_document_is_refused_without_redire
     "path", ["/clients/mismatch.json", "/clients/page.html", "/clients/to-internal.json"]
 )
 async def test_as09_as14_an_unusable_document_aborts_the_authorization_with_a_page(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     server: DocumentServer,
     path: str,
 ) -> None:
@@ -117,7 +117,7 @@ async def test_t21_a_document_on_a_host_not_allowed_is_never_fetched(
 ) -> None:
     app = create_app(make_settings(), outbound_ssl_context=server.ssl_context())
     server.requests.clear()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         params = authorization_params(server.url("/clients/app.json"), pkce_pair()[1])
         response = await http.get("/authorize?" + urlencode(params))
     assert response.status_code == 400
@@ -125,7 +125,7 @@ async def test_t21_a_document_on_a_host_not_allowed_is_never_fetched(
 
 
 async def test_a_public_document_client_cannot_use_client_credentials(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     server: DocumentServer,
 ) -> None:
     response = await http.post(
@@ -137,7 +137,7 @@ async def test_a_public_document_client_cannot_use_client_credentials(
 
 
 async def test_sign_in_and_approve_helper_works_with_url_clients(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     server: DocumentServer,
 ) -> None:
     params = authorization_params(

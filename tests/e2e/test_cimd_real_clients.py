@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -189,9 +189,9 @@ def proxied_app(proxied: Settings) -> Starlette:
 
 
 @pytest.fixture
-async def http(proxied_app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(proxied_app)
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+async def http(proxied_app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(proxied_app)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as client:
         yield client
 
 
@@ -225,7 +225,7 @@ def _requests(name: str) -> list[str]:
     ("name", "redirect_uri"), [(name, uri) for name in sorted(DOCUMENTS) for uri in _requests(name)]
 )
 async def test_each_client_signs_in_consents_and_gets_its_tokens(
-    http: httpx.AsyncClient, proxy: ForwardProxy, name: str, redirect_uri: str
+    http: httpx2.AsyncClient, proxy: ForwardProxy, name: str, redirect_uri: str
 ) -> None:
     client_id = DOCUMENTS[name]["client_id"]
     verifier, challenge = pkce_pair()
@@ -264,7 +264,7 @@ async def test_each_client_signs_in_consents_and_gets_its_tokens(
 
 @pytest.mark.anyio
 async def test_no_authentication_method_in_common_is_an_invalid_client_metadata_page(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     params = authorization_params(
         SECRETS_ONLY, pkce_pair()[1], redirect_uri="http://127.0.0.1/callback"
@@ -292,7 +292,7 @@ async def test_an_untrusted_certificate_ends_the_authorization_on_a_page_not_a_5
     make_settings: Callable[..., Settings], proxy: ForwardProxy
 ) -> None:
     app = create_app(make_settings(outbound_proxy=proxy.url))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         params = authorization_params(DOCUMENTS["Zed"]["client_id"], pkce_pair()[1])
         page = await http.get("/authorize?" + urlencode(params))
     assert page.status_code == 400
@@ -323,7 +323,7 @@ async def test_an_unreachable_proxy_is_remembered_as_a_failed_fetch(
     app = create_app(settings)
     gate = app.state.mcpauth.clients.gate
     url = DOCUMENTS["Zed"]["client_id"]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         params = authorization_params(url, pkce_pair()[1])
         first = await http.get("/authorize?" + urlencode(params))
         assert url in gate._failed  # remembered for the gate's failure_ttl

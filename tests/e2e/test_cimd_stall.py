@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.server import Settings, admin
@@ -154,7 +154,7 @@ def auth(
         yield AuthServer(values["issuer"], bot["client_id"], bot["client_secret"])
 
 
-def _authorize(http: httpx.AsyncClient, auth: AuthServer, client_id: str) -> Any:
+def _authorize(http: httpx2.AsyncClient, auth: AuthServer, client_id: str) -> Any:
     params = {
         "response_type": "code",
         "client_id": client_id,
@@ -166,7 +166,7 @@ def _authorize(http: httpx.AsyncClient, auth: AuthServer, client_id: str) -> Any
     return http.get(f"{auth.issuer}/authorize", params=params)
 
 
-def _redeem(http: httpx.AsyncClient, auth: AuthServer, client_id: str) -> Any:
+def _redeem(http: httpx2.AsyncClient, auth: AuthServer, client_id: str) -> Any:
     form = {
         "grant_type": "authorization_code",
         "code": "never-issued",
@@ -177,21 +177,21 @@ def _redeem(http: httpx.AsyncClient, auth: AuthServer, client_id: str) -> Any:
     return http.post(f"{auth.issuer}/token", data=form)
 
 
-async def _timed(name: str, timings: dict[str, list[float]], request: Any) -> httpx.Response:
+async def _timed(name: str, timings: dict[str, list[float]], request: Any) -> httpx2.Response:
     started = time.monotonic()
-    response: httpx.Response = await request
+    response: httpx2.Response = await request
     timings.setdefault(name, []).append(time.monotonic() - started)
     return response
 
 
 async def _while_stalled(
     auth: AuthServer, stalling: StallingServer, client_ids: list[str], fetches: int
-) -> tuple[list[httpx.Response], dict[str, list[float]]]:
+) -> tuple[list[httpx2.Response], dict[str, list[float]]]:
     """Fire the racers; once the stalling host has ``fetches`` requests, time readiness and a
     client_credentials token three times while every racer is still waiting."""
-    limits = httpx.Limits(max_connections=RACERS + 10, max_keepalive_connections=RACERS + 10)
+    limits = httpx2.Limits(max_connections=RACERS + 10, max_keepalive_connections=RACERS + 10)
     timings: dict[str, list[float]] = {}
-    async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+    async with httpx2.AsyncClient(timeout=30, limits=limits) as http:
         racers = [
             asyncio.ensure_future((_authorize if n % 2 else _redeem)(http, auth, client_id))
             for n, client_id in enumerate(client_ids)
@@ -221,7 +221,7 @@ async def _while_stalled(
     return responses, timings
 
 
-def _assert_error(response: httpx.Response, description: str) -> None:
+def _assert_error(response: httpx2.Response, description: str) -> None:
     if response.request.url.path.endswith("/token"):
         assert response.status_code == 401, response.text
         assert response.json() == {"error": "invalid_client", "error_description": description}
@@ -245,7 +245,7 @@ def test_fifty_requests_for_a_stalling_document_leave_the_rest_of_the_server_ans
         _assert_error(response, NOT_FETCHED)
     assert len(stalling.requests) == 1  # one fetch, awaited by all fifty
     # the failure is remembered: asking again is answered from memory, the host is not asked
-    again = httpx.post(
+    again = httpx2.post(
         f"{auth.issuer}/token",
         data={"grant_type": "refresh_token", "refresh_token": "r", "client_id": url},
         timeout=FAST,

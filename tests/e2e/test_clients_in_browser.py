@@ -38,7 +38,6 @@ from urllib.parse import urlencode
 
 import anyio
 import anyio.to_thread
-import httpx
 import httpx2
 import pytest
 from mcp.client.auth import OAuthClientProvider
@@ -76,7 +75,7 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
 ) -> None:
     listener = CallbackListener()
     try:
-        registered = httpx.post(
+        registered = httpx2.post(
             f"{demo.issuer}/register",
             json={
                 "client_name": "mcpauth e2e: loopback public client",
@@ -106,7 +105,7 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
             trip = person.authorize(f"{demo.issuer}/authorize?{urlencode(params)}")
             callback = listener.wait(1)
             # the code is good for exactly this client, verifier and resource
-            redeemed = httpx.post(
+            redeemed = httpx2.post(
                 f"{demo.issuer}/token",
                 data={
                     "grant_type": "authorization_code",
@@ -134,7 +133,7 @@ def test_chromium_signs_in_and_consents_for_a_dcr_loopback_client_and_gets_back_
     assert redeemed.status_code == 200, redeemed.text
     assert claims(redeemed.json()["access_token"])["sub"] == demo_user_id(demo)
     assert notice == "Access for mcpauth e2e: loopback public client was revoked."
-    refreshed = httpx.post(
+    refreshed = httpx2.post(
         f"{demo.issuer}/token",
         data={
             "grant_type": "refresh_token",
@@ -426,9 +425,9 @@ async def bearer_session(demo: Demo, token: str) -> AsyncIterator[ClientSession]
         yield client
 
 
-def call_without_session(demo: Demo, token: str, tool: str) -> httpx.Response:
+def call_without_session(demo: Demo, token: str, tool: str) -> httpx2.Response:
     """`tools/call` as one plain POST: what a script sees when the token lacks a scope."""
-    return httpx.post(
+    return httpx2.post(
         demo.resource,
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}},
         headers={

@@ -10,7 +10,7 @@ import asyncio
 from collections import Counter
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from .test_authorization_flow import (
@@ -57,17 +57,17 @@ def _mint(server: AuthServer, browser: Browser, client_id: str) -> Authorization
     return auth
 
 
-async def _race(url: str, form: dict[str, str]) -> list[httpx.Response]:
+async def _race(url: str, form: dict[str, str]) -> list[httpx2.Response]:
     """POST ``form`` RACERS times at once over connections opened beforehand, so that the
     requests reach the server together rather than one connection set-up apart."""
-    limits = httpx.Limits(max_connections=RACERS, max_keepalive_connections=RACERS)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+    limits = httpx2.Limits(max_connections=RACERS, max_keepalive_connections=RACERS)
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as http:
         health = url.rsplit("/", 1)[0] + "/health"
         await asyncio.gather(*(http.get(health) for _ in range(RACERS)))
         return list(await asyncio.gather(*(http.post(url, data=form) for _ in range(RACERS))))
 
 
-def _one_winner(responses: list[httpx.Response]) -> httpx.Response:
+def _one_winner(responses: list[httpx2.Response]) -> httpx2.Response:
     statuses = Counter(r.status_code for r in responses)
     assert statuses == {200: 1, 400: RACERS - 1}, {
         r.status_code: r.text for r in responses if r.status_code != 200
@@ -102,7 +102,7 @@ def test_twenty_simultaneous_refreshes_of_one_refresh_token_all_get_a_usable_tok
     server: AuthServer, browser: Browser, client_id: str, round_: int
 ) -> None:
     auth = _mint(server, browser, client_id)
-    redeemed = httpx.post(
+    redeemed = httpx2.post(
         server.token_endpoint,
         data={
             "grant_type": "authorization_code",
@@ -134,4 +134,4 @@ def test_twenty_simultaneous_refreshes_of_one_refresh_token_all_get_a_usable_tok
 def test_the_racing_rounds_left_the_server_healthy(server: AuthServer) -> None:
     assert server.process is not None
     assert server.process.poll() is None
-    assert httpx.get(f"{server.issuer}/health", timeout=10).status_code == 200
+    assert httpx2.get(f"{server.issuer}/health", timeout=10).status_code == 200

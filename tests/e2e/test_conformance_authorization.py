@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from ..oauth import query
@@ -168,7 +168,7 @@ def test_the_conformance_suite_authorization_command_passes_every_check(
             assert location.startswith(redirect_uri + "?")
             assert "code" in query(location)
             # the browser lands on the suite's callback server with the code
-            delivered = httpx.get(location, timeout=30)
+            delivered = httpx2.get(location, timeout=30)
             assert delivered.status_code == 200, delivered.text
 
         returncode = process.wait(timeout=120)

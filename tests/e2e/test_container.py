@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import OAuthClientMetadata
@@ -110,11 +110,11 @@ def wait_until_up(stack: Stack) -> None:
     while time.monotonic() < deadline:
         try:
             health = stack.inspect("auth")["State"].get("Health", {}).get("Status", "")
-            mcp = httpx.post(RESOURCE, json={}, timeout=5).status_code
+            mcp = httpx2.post(RESOURCE, json={}, timeout=5).status_code
             last = f"auth {health}, mcp {mcp}"
             if health == "healthy" and mcp == 401:
                 return
-        except (AssertionError, httpx.HTTPError) as exc:
+        except (AssertionError, httpx2.HTTPError) as exc:
             last = repr(exc)
         time.sleep(1)
     pytest.fail(f"the stack was not up within {UP_TIMEOUT} s ({last}):\n{stack.logs()}")
@@ -244,9 +244,9 @@ def test_the_healthchecks_report_healthy_and_only_loopback_ports_are_published(
         assert bindings == [{"HostIp": "127.0.0.1", "HostPort": port.split("/")[0]}], bindings
     for service in ("postgres", "mcp"):
         assert not any(stack.inspect(service)["NetworkSettings"]["Ports"].values()), service
-    response = httpx.get(f"{ISSUER}/health", timeout=10)
+    response = httpx2.get(f"{ISSUER}/health", timeout=10)
     assert response.status_code == 200, response.text
-    metadata = httpx.get(f"{ISSUER}/.well-known/oauth-authorization-server", timeout=10).json()
+    metadata = httpx2.get(f"{ISSUER}/.well-known/oauth-authorization-server", timeout=10).json()
     assert metadata["issuer"] == ISSUER
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-import httpx
+import httpx2
 import pytest
 
 from .cluster import REDIRECT_URI, add_first_party_client, cluster, replica
@@ -93,24 +93,24 @@ def _authorize_url(server: AuthServer, client_id: str) -> str:
     return f"{server.metadata['authorization_endpoint']}?{urlencode(params)}"
 
 
-def _code_of(response: httpx.Response) -> str:
+def _code_of(response: httpx2.Response) -> str:
     assert response.status_code in (302, 303), response.text[:300]
     return parse_qs(urlsplit(response.headers["location"]).query)["code"][0]
 
 
-async def _mint(server: AuthServer, client_id: str, cookies: httpx.Cookies) -> list[str]:
+async def _mint(server: AuthServer, client_id: str, cookies: httpx2.Cookies) -> list[str]:
     """CODES codes from a signed-in browser session (a first-party client: no consent page);
     all of them however slow the machine (each request is bounded by the client's timeout), so
     the load always has codes left after the KILL_AFTER-th redemption."""
     url = _authorize_url(server, client_id)
     codes: list[str] = []
 
-    async def worker(http: httpx.AsyncClient) -> None:
+    async def worker(http: httpx2.AsyncClient) -> None:
         while len(codes) < CODES:
             started = await http.get(url)
             codes.append(_code_of(await http.get(started.headers["location"])))
 
-    async with httpx.AsyncClient(cookies=cookies, timeout=30) as http:
+    async with httpx2.AsyncClient(cookies=cookies, timeout=30) as http:
         await asyncio.gather(*(worker(http) for _ in range(4)))
     return codes
 
@@ -140,12 +140,12 @@ async def _load(
     halfway = asyncio.Event()
 
     async def worker() -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=30) as http:
             while ledger.unused_codes:
                 code = ledger.unused_codes.pop()
                 try:
                     redeemed = await http.post(url, data=_code_form(client_id, code))
-                except httpx.TransportError:
+                except httpx2.TransportError:
                     ledger.cut_codes.append(code)
                     return
                 if redeemed.status_code != 200:
@@ -157,7 +157,7 @@ async def _load(
                 token = redeemed.json()["refresh_token"]
                 try:
                     refreshed = await http.post(url, data=_refresh_form(client_id, token))
-                except httpx.TransportError:
+                except httpx2.TransportError:
                     ledger.cut_refresh.append(token)
                     return
                 if refreshed.status_code != 200:
@@ -177,13 +177,13 @@ async def _load(
     return killed_at
 
 
-async def _post_all(url: str, forms: list[dict[str, str]]) -> list[httpx.Response]:
-    limits = httpx.Limits(max_connections=8)
-    async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+async def _post_all(url: str, forms: list[dict[str, str]]) -> list[httpx2.Response]:
+    limits = httpx2.Limits(max_connections=8)
+    async with httpx2.AsyncClient(timeout=30, limits=limits) as http:
         return list(await asyncio.gather(*(http.post(url, data=form) for form in forms)))
 
 
-def _statuses(responses: list[httpx.Response]) -> list[tuple[int, str]]:
+def _statuses(responses: list[httpx2.Response]) -> list[tuple[int, str]]:
     out = []
     for response in responses:
         error = response.json().get("error", "") if response.status_code == 400 else ""

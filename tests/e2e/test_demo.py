@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ..support import MCPAUTH, free_port, run_cli, stop, wait_for
@@ -146,15 +146,15 @@ def test_the_demo_banner_prints_the_demo_password_and_how_to_connect_on_stderr(
 def test_rs01_rs03_the_demo_server_publishes_metadata_naming_its_authorization_server(
     demo: Demo,
 ) -> None:
-    response = httpx.get(demo.prm, timeout=10)
+    response = httpx2.get(demo.prm, timeout=10)
     assert response.status_code == 200
     metadata = response.json()
     assert metadata["resource"] == demo.resource
     assert metadata["authorization_servers"] == [demo.issuer]
     assert "offline_access" not in metadata.get("scopes_supported", [])
-    issuer = httpx.get(f"{demo.issuer}/.well-known/oauth-authorization-server", timeout=10)
+    issuer = httpx2.get(f"{demo.issuer}/.well-known/oauth-authorization-server", timeout=10)
     assert issuer.json()["issuer"] == demo.issuer
-    anonymous = httpx.post(demo.resource, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    anonymous = httpx2.post(demo.resource, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert anonymous.status_code == 401
     assert f'resource_metadata="{demo.prm}"' in anonymous.headers["www-authenticate"]
 
@@ -199,7 +199,7 @@ async def test_rs12_rs14_signed_in_as_demo_whoami_answers_and_reset_counter_is_4
         "method": "tools/call",
         "params": {"name": "reset_counter", "arguments": {}},
     }
-    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
+    async with httpx2.AsyncClient(timeout=30, headers=headers) as http:
         opened = await http.post(demo.resource, json=initialize)
         assert opened.status_code == 200, opened.text
         session_headers = {

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import yaml
 
@@ -90,11 +90,11 @@ def test_the_entrypoint_migrates_an_empty_database_bootstraps_and_serves(
                 timeout=60,
             ):
                 assert migrate.is_current(engine)
-                metadata = httpx.get(
+                metadata = httpx2.get(
                     f"http://127.0.0.1:{port}/.well-known/oauth-authorization-server", timeout=10
                 ).json()
                 assert metadata["issuer"] == env["MCPAUTH_ISSUER"]
-                assert httpx.get(metadata["jwks_uri"], timeout=10).json()["keys"]
+                assert httpx2.get(metadata["jwks_uri"], timeout=10).json()["keys"]
             logs = "".join(p.read_text() for p in tmp_path.glob("process-*.log"))
             assert logs.count("created user demo with password") == 1, logs
             assert logs.count("registered resource") == 1, logs
@@ -154,7 +154,7 @@ def test_serve_refuses_a_postgresql_database_that_is_behind_until_db_upgrade(
     with running(
         [MCPAUTH, *serve], ready_url=f"http://127.0.0.1:{port}/health", env=env, cwd=tmp_path
     ):
-        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+        assert httpx2.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
 
 
 def _compose_command() -> list[str] | None:
@@ -271,10 +271,10 @@ def test_the_compose_demo_mcp_server_challenges_for_a_token_from_the_issuer(
         env=env,
         cwd=tmp_path,
     ):
-        response = httpx.post(resource, json={}, timeout=10)
+        response = httpx2.post(resource, json={}, timeout=10)
         assert response.status_code == 401
         assert "resource_metadata=" in response.headers["www-authenticate"]
-        metadata = httpx.get(
+        metadata = httpx2.get(
             f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp", timeout=10
         ).json()
         assert metadata["resource"] == resource

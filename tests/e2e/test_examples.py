@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from ..support import free_port, running
 
@@ -38,7 +38,7 @@ def test_the_three_examples_work_together(tmp_path: Path) -> None:
     ):
         assert credentials.stat().st_mode & 0o777 == 0o600
         client_id = json.loads(credentials.read_text())["client_id"]
-        anonymous = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        anonymous = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert anonymous.status_code == 401
         assert "resource_metadata=" in anonymous.headers["www-authenticate"]
         agent = subprocess.run(

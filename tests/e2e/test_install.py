@@ -18,7 +18,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ..readme import ROOT, readme_block
@@ -102,7 +102,7 @@ def test_the_readme_wheel_block_installs_mcpauth_kit_whose_mcpauth_command_runs(
             # `mcpauth` on PATH is this command, so the banner names it plainly
             database = f"sqlite:///{tmp_path / '.mcpauth-demo' / 'mcpauth.db'}"
             assert f"\n  mcpauth users add bob --password-stdin --database {database}\n" in banner
-            page = httpx.get(
+            page = httpx2.get(
                 f"http://127.0.0.1:{auth_port}/account", follow_redirects=True, timeout=10
             )
             assert page.status_code == 200

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 import uvicorn
@@ -98,8 +98,8 @@ def app(make_settings: Callable[..., Settings], tls: tuple[Path, Path, Path]) ->
 
 
 @pytest.fixture
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as client:
+async def http(app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as client:
         yield client
 
 
@@ -127,7 +127,7 @@ def _assertion(client_id: str) -> str:
     return pyjwt.encode(claims, KEY, algorithm="ES256", headers={"kid": KID})
 
 
-async def _token(http: httpx.AsyncClient, client_id: str) -> httpx.Response:
+async def _token(http: httpx2.AsyncClient, client_id: str) -> httpx2.Response:
     return await http.post(
         "/token",
         data={
@@ -139,7 +139,7 @@ async def _token(http: httpx.AsyncClient, client_id: str) -> httpx.Response:
 
 
 async def test_keys_at_a_jwks_uri_verify_the_client_assertion(
-    app: Starlette, http: httpx.AsyncClient, keys_server: str
+    app: Starlette, http: httpx2.AsyncClient, keys_server: str
 ) -> None:
     response = await _token(http, _register(app, keys_server))
     assert response.status_code == 200, response.text
@@ -147,7 +147,7 @@ async def test_keys_at_a_jwks_uri_verify_the_client_assertion(
 
 
 async def test_a_stalling_jwks_uri_fails_once_and_the_failure_is_remembered(
-    app: Starlette, http: httpx.AsyncClient, stalling: StallingServer
+    app: Starlette, http: httpx2.AsyncClient, stalling: StallingServer
 ) -> None:
     client_id = _register(app, stalling.url("/jwks.json"))
     description = "Client assertion rejected: The client's jwks_uri cannot be fetched"

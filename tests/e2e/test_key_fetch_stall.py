@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -136,38 +136,40 @@ def _platform_token(issuer: str) -> str:
     return pyjwt.encode(claims, KEY, algorithm="ES256", headers={"kid": "k1"})
 
 
-def _workload_token(http: httpx.AsyncClient, issuer: str) -> Any:
+def _workload_token(http: httpx2.AsyncClient, issuer: str) -> Any:
     form = {"grant_type": JWT_BEARER, "assertion": _platform_token(issuer)}
     return http.post(f"{issuer}/token", data=form)  # anonymous: the token is the credential
 
 
-def _ready(http: httpx.AsyncClient, issuer: str) -> Any:
+def _ready(http: httpx2.AsyncClient, issuer: str) -> Any:
     return http.get(f"{issuer}/health/ready", timeout=MEASURE_TIMEOUT)
 
 
-def _register(http: httpx.AsyncClient, issuer: str, n: int) -> Any:
+def _register(http: httpx2.AsyncClient, issuer: str, n: int) -> Any:
     document = {"client_name": f"app {n}", "redirect_uris": ["http://127.0.0.1/callback"]}
     return http.post(f"{issuer}/register", json=document, timeout=MEASURE_TIMEOUT)
 
 
-async def _timed(name: str, timings: dict[str, list[float]], request: Any) -> httpx.Response | None:
+async def _timed(
+    name: str, timings: dict[str, list[float]], request: Any
+) -> httpx2.Response | None:
     """``request``'s response, its time recorded; None (and infinity) past its timeout."""
     started = time.monotonic()
     try:
-        response: httpx.Response = await request
-    except httpx.TimeoutException:
+        response: httpx2.Response = await request
+    except httpx2.TimeoutException:
         timings.setdefault(name, []).append(float("inf"))
         return None
     timings.setdefault(name, []).append(time.monotonic() - started)
     return response
 
 
-async def _while_stalled(auth: AuthServer) -> tuple[list[httpx.Response], dict[str, list[float]]]:
+async def _while_stalled(auth: AuthServer) -> tuple[list[httpx2.Response], dict[str, list[float]]]:
     """Fire the racers; once the silent host has a connection, time readiness and a
     registration three times while the racers are still waiting."""
-    limits = httpx.Limits(max_connections=RACERS + 10, max_keepalive_connections=RACERS + 10)
+    limits = httpx2.Limits(max_connections=RACERS + 10, max_keepalive_connections=RACERS + 10)
     timings: dict[str, list[float]] = {}
-    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as http:
         racers = [asyncio.ensure_future(_workload_token(http, auth.issuer)) for _ in range(RACERS)]
         await asyncio.to_thread(auth.silent.wait_for_connections, 1)
         for n in range(3):
@@ -189,7 +191,7 @@ async def _while_stalled(auth: AuthServer) -> tuple[list[httpx.Response], dict[s
     return responses, timings
 
 
-def _assert_unavailable(response: httpx.Response) -> None:
+def _assert_unavailable(response: httpx2.Response) -> None:
     assert response.status_code == 503, response.text
     body = response.json()
     assert body["error"] == "temporarily_unavailable"
@@ -207,7 +209,7 @@ def test_fifty_assertions_naming_a_stalling_issuer_leave_the_rest_of_the_server_
     assert auth.silent.count() == 1  # one fetch, awaited by all fifty
     # the failure is remembered: asking again during the back-off is answered from memory
     started = time.monotonic()
-    again = httpx.post(
+    again = httpx2.post(
         f"{auth.issuer}/token",
         data={"grant_type": JWT_BEARER, "assertion": _platform_token(auth.issuer)},
         timeout=FAST,

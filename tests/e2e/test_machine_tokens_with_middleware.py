@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -60,9 +60,9 @@ def basic(client_id: str, secret: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()}
 
 
-async def call(app: Any, token: str) -> httpx.Response:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="https://mcp.example.com") as http:
+async def call(app: Any, token: str) -> httpx2.Response:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="https://mcp.example.com") as http:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         return await http.post("/mcp", json=body, headers={"Authorization": f"Bearer {token}"})
 
@@ -104,13 +104,13 @@ def key_client(
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10) as client:
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=10) as client:
         yield client
 
 
 async def secret_token(
-    http: httpx.AsyncClient, server: AuthServer, client: dict[str, Any], resource: str
+    http: httpx2.AsyncClient, server: AuthServer, client: dict[str, Any], resource: str
 ) -> str:
     response = await http.post(
         server.token_endpoint,
@@ -122,7 +122,7 @@ async def secret_token(
 
 
 async def test_asx1_a_client_secret_basic_token_works_for_its_resource_only(
-    http: httpx.AsyncClient, server: AuthServer, secret_client: dict[str, Any]
+    http: httpx2.AsyncClient, server: AuthServer, secret_client: dict[str, Any]
 ) -> None:
     token = await secret_token(http, server, secret_client, RESOURCE)
     ok = await call(protected(RESOURCE, server.issuer), token)
@@ -134,7 +134,7 @@ async def test_asx1_a_client_secret_basic_token_works_for_its_resource_only(
 
 
 async def test_asx1_a_private_key_jwt_token_works_for_its_resource_only(
-    http: httpx.AsyncClient, server: AuthServer, key_client: tuple[dict[str, Any], Any]
+    http: httpx2.AsyncClient, server: AuthServer, key_client: tuple[dict[str, Any], Any]
 ) -> None:
     client, key = key_client
     now = int(time.time())
@@ -168,13 +168,13 @@ async def test_asx1_a_private_key_jwt_token_works_for_its_resource_only(
 
 
 async def test_t29_a_revoked_token_is_inactive_and_refused_at_once_in_introspection_mode(
-    http: httpx.AsyncClient, server: AuthServer, secret_client: dict[str, Any]
+    http: httpx2.AsyncClient, server: AuthServer, secret_client: dict[str, Any]
 ) -> None:
     rs = server.add_client(
         "--name", "resource server", "--grant-type", "client_credentials", "--introspect"
     )
     token = await secret_token(http, server, secret_client, RESOURCE)
-    async with httpx.AsyncClient(timeout=10) as rs_http:
+    async with httpx2.AsyncClient(timeout=10) as rs_http:
         verifier = IntrospectionVerifier(
             resource=RESOURCE,
             client_id=rs["client_id"],

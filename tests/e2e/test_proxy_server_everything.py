@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ..support import MCPAUTH, ensure_npm_peers, free_port, running
@@ -96,7 +96,7 @@ def stack(
 async def test_rs08_the_proxy_refuses_an_anonymous_caller_and_publishes_metadata_for_node(
     stack: Stack,
 ) -> None:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         anonymous = await http.post(
             stack.resource, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}
         )

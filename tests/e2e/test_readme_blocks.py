@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from ..readme import ROOT, on_ports, readme_block
@@ -129,10 +129,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             stop(process)
 
 
-def call_tool(resource: str, token: str, name: str, arguments: dict[str, Any]) -> httpx.Response:
+def call_tool(resource: str, token: str, name: str, arguments: dict[str, Any]) -> httpx2.Response:
     """A complete MCP exchange over streamable HTTP: initialize, initialized, tools/call."""
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-    with httpx.Client(timeout=30, headers=headers) as http:
+    with httpx2.Client(timeout=30, headers=headers) as http:
         opened = http.post(
             resource,
             json={
@@ -165,7 +165,7 @@ def call_tool(resource: str, token: str, name: str, arguments: dict[str, Any]) -
         return http.post(resource, json=call, headers=session)
 
 
-def tool_text(response: httpx.Response) -> str:
+def tool_text(response: httpx2.Response) -> str:
     body = response.text
     if "text/event-stream" in response.headers.get("content-type", ""):
         body = next(line[5:] for line in body.splitlines() if line.startswith("data:"))
@@ -179,8 +179,8 @@ def claims(token: str) -> dict[str, Any]:
 def test_make_run_starts_the_demo_on_the_ports_given_and_make_test_runs_every_check(
     demo: Demo,
 ) -> None:
-    assert httpx.get(f"{demo.issuer}/health", timeout=10).status_code == 200
-    assert httpx.post(demo.resource, json={}, timeout=10).status_code == 401
+    assert httpx2.get(f"{demo.issuer}/health", timeout=10).status_code == 200
+    assert httpx2.post(demo.resource, json={}, timeout=10).status_code == 401
     banner = (demo.folder / "make-run.log").read_text()
     assert f"--auth-port {demo.auth_port} --mcp-port {demo.mcp_port}" in banner  # make's echo
     assert BANNER_END in banner
@@ -262,7 +262,7 @@ def test_the_wrapping_example_protects_its_tools_with_tokens_from_the_demo_serve
     resource = f"http://127.0.0.1:{port}/mcp"
     prm = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
     with running([sys.executable, str(server)], ready_url=prm, env=demo.env, cwd=tmp_path):
-        metadata = httpx.get(prm, timeout=10).json()
+        metadata = httpx2.get(prm, timeout=10).json()
         assert metadata["authorization_servers"] == [demo.issuer]
         env = demo.browser_env(tmp_path / "state")
         assert demo.mcpauth("login", resource, "--timeout", "30", env=env).returncode == 0
@@ -283,8 +283,8 @@ def test_the_proxy_example_listens_on_its_port_and_challenges_for_a_token_from_t
     assert f"--port {port}" in command
     prm = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
     with running(["bash", "-c", command], ready_url=prm, env=demo.env, cwd=tmp_path):
-        assert httpx.get(prm, timeout=10).json()["authorization_servers"] == [demo.issuer]
-        anonymous = httpx.post(f"http://127.0.0.1:{port}/mcp", json={}, timeout=10)
+        assert httpx2.get(prm, timeout=10).json()["authorization_servers"] == [demo.issuer]
+        anonymous = httpx2.post(f"http://127.0.0.1:{port}/mcp", json={}, timeout=10)
         assert anonymous.status_code == 401
         assert f'resource_metadata="{prm}"' in anonymous.headers["www-authenticate"]
 

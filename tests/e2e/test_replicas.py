@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from sqlalchemy import text
 
@@ -60,7 +60,7 @@ class Replicas:
         return at(self.server.token_endpoint, self.ports[index])
 
     def jwks(self, index: int) -> dict[str, Any]:
-        response = httpx.get(at(self.server.metadata["jwks_uri"], self.ports[index]), timeout=10)
+        response = httpx2.get(at(self.server.metadata["jwks_uri"], self.ports[index]), timeout=10)
         assert response.status_code == 200, response.text
         return dict(response.json())
 
@@ -72,7 +72,7 @@ class Replicas:
         browser = Browser(self.server.issuer)
         browser.http.close()
         transport = Balancer([self.ports[i] for i in indexes])
-        browser.http = httpx.Client(timeout=30, transport=transport)
+        browser.http = httpx2.Client(timeout=30, transport=transport)
         return browser
 
 
@@ -157,7 +157,7 @@ def test_a_browser_whose_requests_alternate_between_the_replicas_signs_in_and_co
         assert set(transport.served) == set(replicas.ports)
     params = query(response.headers["location"])
     auth = Authorization(client_id, REDIRECT_URI, verifier, params["code"], "rr")
-    issued = httpx.post(replicas.token_endpoint(1), data=_code_form(auth), timeout=30)
+    issued = httpx2.post(replicas.token_endpoint(1), data=_code_form(auth), timeout=30)
     body = assert_token_response(replicas.server, issued, client_id)
     _verify_everywhere(replicas, body["access_token"])
 
@@ -166,18 +166,18 @@ def test_a_code_issued_through_one_replica_is_redeemed_through_the_other(
     replicas: Replicas, browser: Browser, client_id: str
 ) -> None:
     auth = _authorize(replicas, browser, client_id)  # through A
-    redeemed = httpx.post(replicas.token_endpoint(1), data=_code_form(auth), timeout=30)
+    redeemed = httpx2.post(replicas.token_endpoint(1), data=_code_form(auth), timeout=30)
     first = assert_token_response(replicas.server, redeemed, client_id)
     assert _verify_everywhere(replicas, first["access_token"])["iss"] == replicas.server.issuer
 
     # the refresh token from B rotates through A, and the rotated one through B
-    through_a = httpx.post(
+    through_a = httpx2.post(
         replicas.token_endpoint(0),
         data=_refresh_form(client_id, first["refresh_token"]),
         timeout=30,
     )
     second = assert_token_response(replicas.server, through_a, client_id)
-    through_b = httpx.post(
+    through_b = httpx2.post(
         replicas.token_endpoint(1),
         data=_refresh_form(client_id, second["refresh_token"]),
         timeout=30,
@@ -185,9 +185,9 @@ def test_a_code_issued_through_one_replica_is_redeemed_through_the_other(
     third = assert_token_response(replicas.server, through_b, client_id)
 
     # the spent code is spent on A too, and its replay there revokes the grant B issued
-    assert_invalid_grant(httpx.post(replicas.token_endpoint(0), data=_code_form(auth), timeout=30))
+    assert_invalid_grant(httpx2.post(replicas.token_endpoint(0), data=_code_form(auth), timeout=30))
     assert_invalid_grant(
-        httpx.post(
+        httpx2.post(
             replicas.token_endpoint(1),
             data=_refresh_form(client_id, third["refresh_token"]),
             timeout=30,
@@ -195,12 +195,12 @@ def test_a_code_issued_through_one_replica_is_redeemed_through_the_other(
     )
 
 
-async def _race(replicas: Replicas, form: dict[str, str]) -> list[httpx.Response]:
+async def _race(replicas: Replicas, form: dict[str, str]) -> list[httpx2.Response]:
     """POST ``form`` RACERS times at once, half to each replica, over connections opened
     beforehand so that the requests arrive together."""
     half = RACERS // 2
-    limits = httpx.Limits(max_connections=RACERS, max_keepalive_connections=RACERS)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+    limits = httpx2.Limits(max_connections=RACERS, max_keepalive_connections=RACERS)
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as http:
         await asyncio.gather(
             *(http.get(f"{replicas.base(i % 2)}/health") for i in range(RACERS + 2))
         )
@@ -208,7 +208,7 @@ async def _race(replicas: Replicas, form: dict[str, str]) -> list[httpx.Response
         return list(await asyncio.gather(*(http.post(url, data=form) for url in urls)))
 
 
-def _one_winner(responses: list[httpx.Response]) -> httpx.Response:
+def _one_winner(responses: list[httpx2.Response]) -> httpx2.Response:
     statuses = Counter(r.status_code for r in responses)
     assert statuses == {200: 1, 400: RACERS - 1}, {
         r.status_code: r.text for r in responses if r.status_code != 200
@@ -229,7 +229,7 @@ def test_twenty_concurrent_redemptions_of_one_code_split_across_both_replicas_ha
     # the losers were replays: the winner's grant is revoked on both replicas
     for index in (0, 1):
         assert_invalid_grant(
-            httpx.post(
+            httpx2.post(
                 replicas.token_endpoint(index),
                 data=_refresh_form(client_id, issued["refresh_token"]),
                 timeout=30,
@@ -242,7 +242,7 @@ def test_twenty_concurrent_refreshes_of_one_token_split_across_both_replicas_all
     replicas: Replicas, browser: Browser, client_id: str, round_: int
 ) -> None:
     auth = _authorize(replicas, browser, client_id)
-    redeemed = httpx.post(replicas.token_endpoint(round_ % 2), data=_code_form(auth), timeout=30)
+    redeemed = httpx2.post(replicas.token_endpoint(round_ % 2), data=_code_form(auth), timeout=30)
     refresh_token = assert_token_response(replicas.server, redeemed, client_id)["refresh_token"]
     responses = asyncio.run(_race(replicas, _refresh_form(client_id, refresh_token)))
     assert [r.status_code for r in responses] == [200] * RACERS, [r.text for r in responses]
@@ -250,7 +250,7 @@ def test_twenty_concurrent_refreshes_of_one_token_split_across_both_replicas_all
     assert len({body["refresh_token"] for body in issued} | {refresh_token}) == RACERS + 1
     # one rotation and its replays within the grace: every token works through the other replica
     for index, body in enumerate(issued):
-        used = httpx.post(
+        used = httpx2.post(
             replicas.token_endpoint((index + 1) % 2),
             data=_refresh_form(client_id, body["refresh_token"]),
             timeout=30,
@@ -258,7 +258,7 @@ def test_twenty_concurrent_refreshes_of_one_token_split_across_both_replicas_all
         assert_token_response(replicas.server, used, client_id)
 
 
-def _login_page(browser: Browser, url: str) -> httpx.Response:
+def _login_page(browser: Browser, url: str) -> httpx2.Response:
     page = browser.follow(browser.http.get(url))
     assert page.status_code == 200, page.text[:500]
     assert "password" in forms(page.text)[0].fields
@@ -292,7 +292,7 @@ def test_signing_keys_are_shared_and_a_cli_rotation_is_published_and_used_by_bot
     assert replicas.kids(1) == before
     old = assert_token_response(
         replicas.server,
-        httpx.post(
+        httpx2.post(
             replicas.token_endpoint(0),
             data=_code_form(_authorize(replicas, browser, client_id)),
             timeout=30,
@@ -316,7 +316,7 @@ def test_signing_keys_are_shared_and_a_cli_rotation_is_published_and_used_by_bot
     # with no rotation delay both replicas sign with the new key, and the old key stays
     # published: the token issued before the rotation still verifies everywhere
     for index in (0, 1):
-        issued = httpx.post(
+        issued = httpx2.post(
             replicas.token_endpoint(index),
             data=_code_form(_authorize(replicas, browser, client_id)),
             timeout=30,
@@ -335,8 +335,8 @@ async def _failed_logins(
     from its own browser session (login page fetched beforehand)."""
     _, challenge = pkce_pair()
     url = authorization_url(replicas.server, client_id, REDIRECT_URI, challenge, "x")
-    pages: list[tuple[httpx.AsyncClient, str, dict[str, str]]] = []
-    clients = [httpx.AsyncClient(timeout=60) for _ in range(count)]
+    pages: list[tuple[httpx2.AsyncClient, str, dict[str, str]]] = []
+    clients = [httpx2.AsyncClient(timeout=60) for _ in range(count)]
     try:
         for index, http in enumerate(clients):
             port = replicas.ports[index % 2]

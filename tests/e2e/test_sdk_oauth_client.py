@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-import httpx
 import httpx2
 import pytest
 from mcp.client.auth import OAuthClientProvider
@@ -104,7 +103,7 @@ class FormBrowser:
     def __init__(self, username: str = USERNAME, password: str = PASSWORD) -> None:
         self.username = username
         self.password = password
-        self.http = httpx.AsyncClient(timeout=30)
+        self.http = httpx2.AsyncClient(timeout=30)
         self.authorizations: list[Authorization] = []
         self._pending: AuthorizationCodeResult | None = None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ..support import MCPAUTH, free_port, run_cli, running
@@ -28,12 +28,12 @@ def test_serve_starts_on_sqlite_and_serves_discovery(tmp_path: Path, path: str) 
     args = [MCPAUTH, "serve", "--issuer", issuer, "--port", str(port)]
     with running(args, ready_url=f"{issuer}/health", env=env, cwd=tmp_path):
         for suffix in ("oauth-authorization-server", "openid-configuration"):
-            response = httpx.get(f"http://127.0.0.1:{port}/.well-known/{suffix}{path}")
+            response = httpx2.get(f"http://127.0.0.1:{port}/.well-known/{suffix}{path}")
             assert response.status_code == 200
             assert response.json()["issuer"] == issuer
         assert (tmp_path / "data" / "mcpauth" / "mcpauth.db").exists()
         jwks_uri = response.json()["jwks_uri"]
-        before = httpx.get(jwks_uri).json()["keys"]
+        before = httpx2.get(jwks_uri).json()["keys"]
         assert len(before) == 1
         rotated = run_cli(["keys", "rotate"], env=env, cwd=tmp_path)
         assert rotated.returncode == 0, rotated.stderr
@@ -41,7 +41,7 @@ def test_serve_starts_on_sqlite_and_serves_discovery(tmp_path: Path, path: str) 
         keys = before
         while len(keys) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-            keys = httpx.get(jwks_uri).json()["keys"]
+            keys = httpx2.get(jwks_uri).json()["keys"]
         assert len(keys) == 2
         assert all("d" not in key for key in keys)
 

@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from ..oauth import forms, pkce_pair
@@ -22,11 +22,11 @@ IN_FLIGHT = 4
 
 async def _signed_in_pages(
     issuer: str, client_id: str
-) -> list[tuple[httpx.AsyncClient, str, dict[str, str]]]:
+) -> list[tuple[httpx2.AsyncClient, str, dict[str, str]]]:
     """One browser (its own connection) per sign-in, each at its login form."""
     pages = []
     for _ in range(IN_FLIGHT):
-        http = httpx.AsyncClient(base_url=issuer, timeout=30, follow_redirects=True)
+        http = httpx2.AsyncClient(base_url=issuer, timeout=30, follow_redirects=True)
         params = {
             "response_type": "code",
             "client_id": client_id,

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -93,8 +93,8 @@ class Deployment:
     agent: dict[str, Any]
 
     async def token(self, form: dict[str, str], auth: tuple[str, str] | None = None) -> Any:
-        transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        transport = httpx2.ASGITransport(app=self.app)
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             return await http.post("/token", data={"grant_type": JWT_BEARER, **form}, auth=auth)
 
 

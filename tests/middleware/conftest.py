@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.middleware import ProtectedResourceMiddleware
@@ -32,13 +32,13 @@ MiddlewareFactory = Callable[..., ProtectedResourceMiddleware]
 
 
 @pytest.fixture
-async def as_http(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx.AsyncClient]:
+async def as_http(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx2.AsyncClient]:
     async with auth_server.http_client() as client:
         yield client
 
 
 @pytest.fixture
-def protect(recording_app: RecordingApp, as_http: httpx.AsyncClient) -> MiddlewareFactory:
+def protect(recording_app: RecordingApp, as_http: httpx2.AsyncClient) -> MiddlewareFactory:
     """Build the middleware around the recording app, talking to the fake AS in-process."""
 
     def build(**options: Any) -> ProtectedResourceMiddleware:

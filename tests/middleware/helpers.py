@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -100,7 +100,7 @@ class FakeAuthorizationServer:
 
         async def introspect(request: Request) -> Response:
             self._count("introspect")
-            expected = httpx.BasicAuth(*INTROSPECTION_CLIENT)._auth_header
+            expected = httpx2.BasicAuth(*INTROSPECTION_CLIENT)._auth_header
             if request.headers.get("authorization") != expected:
                 return JSONResponse({"error": "invalid_client"}, status_code=401)
             form = await request.form()
@@ -116,8 +116,8 @@ class FakeAuthorizationServer:
             ]
         )
 
-    def http_client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.ASGITransport(self.app()))
+    def http_client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.ASGITransport(self.app()))
 
 
 @dataclass
@@ -153,8 +153,8 @@ class RecordingApp:
         await send({"type": "http.response.body", "body": json.dumps(seen).encode()})
 
 
-def client_for(app: Any, base_url: str = "https://mcp.example.com") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=base_url)
+def client_for(app: Any, base_url: str = "https://mcp.example.com") -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=base_url)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -64,7 +64,7 @@ def dpop_headers(token: str, *proofs: str) -> list[tuple[str, str]]:
     return [("Authorization", f"DPoP {token}"), *(("DPoP", p) for p in proofs)]
 
 
-async def send(client: httpx.AsyncClient, token: str, *proofs: str) -> httpx.Response:
+async def send(client: httpx2.AsyncClient, token: str, *proofs: str) -> httpx2.Response:
     """A JSON-RPC ping with ``Authorization: DPoP`` and the proofs given."""
     return await client.post("/mcp", json=rpc("ping"), headers=dpop_headers(token, *proofs))
 

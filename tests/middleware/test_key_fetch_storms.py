@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import anyio
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.errors import TemporarilyUnavailable
@@ -67,8 +67,8 @@ async def test_concurrent_requests_while_the_as_is_down_cause_a_bounded_number_o
 ) -> None:
     flaky = FlakyAuthorizationServer(auth_server)
     clock = Clock()
-    responses: list[httpx.Response] = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
+    responses: list[httpx2.Response] = []
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(flaky)) as http:
         verifier = JWTVerifier(ISSUER, RESOURCE, http=http, clock=clock, failure_backoff=2.0)
         app = ProtectedResourceMiddleware(
             recording_app, resource=RESOURCE, authorization_servers=[ISSUER], verifier=verifier
@@ -111,7 +111,7 @@ async def test_the_back_off_grows_with_each_failure_and_is_bounded(
     flaky = FlakyAuthorizationServer(auth_server)
     clock = Clock()
     delays: list[int] = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(flaky)) as http:
         verifier = JWTVerifier(
             ISSUER, RESOURCE, http=http, clock=clock, failure_backoff=1.0, max_failure_backoff=8
         )
@@ -132,7 +132,7 @@ async def test_introspection_backs_off_while_the_as_is_down_and_recovers_after(
     flaky = FlakyAuthorizationServer(auth_server)
     clock = Clock()
     auth_server.active["opaque"] = active()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(flaky)) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(flaky)) as http:
         verifier = IntrospectionVerifier(
             resource=RESOURCE, client_id=INTROSPECTION_CLIENT[0],
             client_secret=INTROSPECTION_CLIENT[1], issuer=ISSUER, http=http, clock=clock,

@@ -10,7 +10,7 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,16 +39,16 @@ def mcp_app() -> Starlette:
 
 
 @pytest.fixture
-def created(monkeypatch: pytest.MonkeyPatch) -> list[httpx.AsyncClient]:
-    """Every ``httpx.AsyncClient`` made while the test runs, in any thread."""
-    made: list[httpx.AsyncClient] = []
-    original = httpx.AsyncClient.__init__
+def created(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.AsyncClient]:
+    """Every ``httpx2.AsyncClient`` made while the test runs, in any thread."""
+    made: list[httpx2.AsyncClient] = []
+    original = httpx2.AsyncClient.__init__
 
-    def recording(self: httpx.AsyncClient, *args: Any, **kwargs: Any) -> None:
+    def recording(self: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         made.append(self)
 
-    monkeypatch.setattr(httpx.AsyncClient, "__init__", recording)
+    monkeypatch.setattr(httpx2.AsyncClient, "__init__", recording)
     return made
 
 
@@ -66,14 +66,14 @@ def authorization_server() -> Iterator[tuple[FakeAuthorizationServer, str]]:
 
 
 def test_the_middleware_closes_the_client_it_opened_when_the_server_stops(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     server, issuer = authorization_server
     middleware = ProtectedResourceMiddleware(
         mcp_app(), resource=RESOURCE, authorization_servers=[issuer]
     )
     assert created == []  # nothing is opened before a token needs verifying
-    with serve(middleware, lifespan="on") as address, httpx.Client() as http:
+    with serve(middleware, lifespan="on") as address, httpx2.Client() as http:
         for _ in range(3):
             response = http.get(f"http://{address}/mcp", headers=bearer(server.mint()))
             assert response.status_code == 200
@@ -85,7 +85,7 @@ def test_the_middleware_closes_the_client_it_opened_when_the_server_stops(
 
 
 def test_with_several_issuers_only_the_verifier_that_fetched_opened_a_client(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     server, issuer = authorization_server
     silent = "https://other-issuer.example"  # trusted, but no token of it arrives
@@ -93,7 +93,7 @@ def test_with_several_issuers_only_the_verifier_that_fetched_opened_a_client(
         mcp_app(), resource=RESOURCE, authorization_servers=[issuer, silent]
     )
     with serve(middleware, lifespan="on") as address:
-        response = httpx.get(f"http://{address}/mcp", headers=bearer(server.mint()))
+        response = httpx2.get(f"http://{address}/mcp", headers=bearer(server.mint()))
         assert response.status_code == 200
         assert len(created) == 1
     assert created[0].is_closed
@@ -101,13 +101,13 @@ def test_with_several_issuers_only_the_verifier_that_fetched_opened_a_client(
 
 
 def test_a_middleware_that_never_verifies_a_token_never_creates_a_client(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     _, issuer = authorization_server
     middleware = ProtectedResourceMiddleware(
         mcp_app(), resource=RESOURCE, authorization_servers=[issuer]
     )
-    with serve(middleware, lifespan="on") as address, httpx.Client() as http:
+    with serve(middleware, lifespan="on") as address, httpx2.Client() as http:
         base = f"http://{address}"
         assert http.get(f"{base}/.well-known/oauth-protected-resource/mcp").status_code == 200
         assert http.get(f"{base}/mcp").status_code == 401
@@ -117,7 +117,7 @@ def test_a_middleware_that_never_verifies_a_token_never_creates_a_client(
 
 
 def test_a_middleware_given_a_verifier_creates_no_client(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     _, issuer = authorization_server
 
@@ -132,20 +132,20 @@ def test_a_middleware_given_a_verifier_creates_no_client(
         mcp_app(), resource=RESOURCE, authorization_servers=[issuer], verifier=Static()
     )
     with serve(middleware, lifespan="on") as address:
-        assert httpx.get(f"http://{address}/mcp", headers=bearer("t")).status_code == 200
+        assert httpx2.get(f"http://{address}/mcp", headers=bearer("t")).status_code == 200
     assert created == []
     gc.collect()
 
 
 @pytest.mark.anyio
 async def test_without_a_lifespan_async_with_closes_what_the_middleware_opened(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     server, issuer = authorization_server
     app = ProtectedResourceMiddleware(mcp_app(), resource=RESOURCE, authorization_servers=[issuer])
     async with app as middleware:
-        transport = httpx.ASGITransport(middleware)  # runs no lifespan
-        async with httpx.AsyncClient(transport=transport, base_url="http://mcp") as client:
+        transport = httpx2.ASGITransport(middleware)  # runs no lifespan
+        async with httpx2.AsyncClient(transport=transport, base_url="http://mcp") as client:
             assert (await client.get("/mcp", headers=bearer(server.mint()))).status_code == 200
         opened = [c for c in created if c is not client]
         assert len(opened) == 1
@@ -156,7 +156,7 @@ async def test_without_a_lifespan_async_with_closes_what_the_middleware_opened(
 
 @pytest.mark.anyio
 async def test_a_jwt_verifier_closes_only_the_client_it_created(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     server, issuer = authorization_server
     async with JWTVerifier(issuer, RESOURCE) as idle:
@@ -169,7 +169,7 @@ async def test_a_jwt_verifier_closes_only_the_client_it_created(
         assert verifier.keys.http is created[0]
     assert created[0].is_closed
 
-    async with httpx.AsyncClient() as mine:
+    async with httpx2.AsyncClient() as mine:
         async with JWTVerifier(issuer, RESOURCE, http=mine) as verifier:
             await verifier.verify_token(server.mint())
         assert not mine.is_closed  # given, so left to its owner
@@ -178,7 +178,7 @@ async def test_a_jwt_verifier_closes_only_the_client_it_created(
 
 @pytest.mark.anyio
 async def test_an_introspection_verifier_closes_only_the_client_it_created(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     server, issuer = authorization_server
     server.active["opaque"] = {
@@ -192,7 +192,7 @@ async def test_an_introspection_verifier_closes_only_the_client_it_created(
         assert len(created) == 1
     assert created[0].is_closed
 
-    async with httpx.AsyncClient() as mine:
+    async with httpx2.AsyncClient() as mine:
         async with IntrospectionVerifier(client_secret=secret, http=mine, **options) as verifier:
             await verifier.verify_token("opaque")
         assert not mine.is_closed
@@ -200,14 +200,14 @@ async def test_an_introspection_verifier_closes_only_the_client_it_created(
 
 
 def test_the_proxy_stack_closes_both_clients_it_opened_when_the_server_stops(
-    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx.AsyncClient]
+    authorization_server: tuple[FakeAuthorizationServer, str], created: list[httpx2.AsyncClient]
 ) -> None:
     """``mcpauth proxy``'s stack: the verifier's client (keys) and the proxy's (upstream)."""
     server, issuer = authorization_server
     with serve(mcp_app()) as upstream:
         proxy = UpstreamProxy(f"http://{upstream}/mcp", path="/mcp")
         app = ProtectedResourceMiddleware(proxy, resource=RESOURCE, authorization_servers=[issuer])
-        with serve(app, lifespan="on") as address, httpx.Client() as http:
+        with serve(app, lifespan="on") as address, httpx2.Client() as http:
             assert http.get(f"http://{address}/mcp").status_code == 401
             assert created == []  # a refused request forwards and fetches nothing
             response = http.get(f"http://{address}/mcp", headers=bearer(server.mint()))
@@ -220,13 +220,13 @@ def test_the_proxy_stack_closes_both_clients_it_opened_when_the_server_stops(
 
 @pytest.mark.anyio
 async def test_a_client_given_to_the_proxy_stays_open_for_its_owner(
-    created: list[httpx.AsyncClient],
+    created: list[httpx2.AsyncClient],
 ) -> None:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(mcp_app())) as mine:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(mcp_app())) as mine:
         proxy = UpstreamProxy("http://upstream.internal/mcp", path="/mcp", client=mine)
         async with proxy:
-            transport = httpx.ASGITransport(proxy)
-            async with httpx.AsyncClient(transport=transport, base_url="http://p") as caller:
+            transport = httpx2.ASGITransport(proxy)
+            async with httpx2.AsyncClient(transport=transport, base_url="http://p") as caller:
                 assert (await caller.get("/mcp")).text == "ok"
         assert not mine.is_closed
         assert [client for client in created if client not in (mine, caller)] == []

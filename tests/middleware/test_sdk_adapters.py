@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, ProviderTokenVerifier
@@ -68,9 +68,9 @@ def access(resource: str | None, **extra: Any) -> AccessToken:
     )
 
 
-async def call(app: Any, token: str) -> httpx.Response:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="https://mcp.example.com") as http:
+async def call(app: Any, token: str) -> httpx2.Response:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="https://mcp.example.com") as http:
         return await http.post(
             "/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
@@ -180,7 +180,7 @@ def sdk_server(verifier: ForSDK) -> Starlette:
     )
 
 
-async def tool_call(http: httpx.AsyncClient, token: str | None) -> httpx.Response:
+async def tool_call(http: httpx2.AsyncClient, token: str | None) -> httpx2.Response:
     headers = {
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-06-18",
@@ -192,18 +192,18 @@ async def tool_call(http: httpx.AsyncClient, token: str | None) -> httpx.Respons
 
 
 @asynccontextmanager
-async def serve_sdk(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+async def serve_sdk(app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
     async with (
         app.router.lifespan_context(app),  # the SDK's session manager
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app), base_url="https://mcp.example.com"
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app), base_url="https://mcp.example.com"
         ) as http,
     ):
         yield http
 
 
 async def test_an_mcpauth_verifier_is_the_token_verifier_of_a_real_sdk_server(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
     verifier = ForSDK(JWTVerifier(ISSUER, RESOURCE, http=as_http))
     async with verifier, serve_sdk(sdk_server(verifier)) as http:
@@ -229,10 +229,10 @@ async def test_an_mcpauth_verifier_is_the_token_verifier_of_a_real_sdk_server(
 async def test_through_the_sdk_an_unreachable_authorization_server_is_a_401_not_a_500(
     auth_server: FakeAuthorizationServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as down:
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(refuse)) as down:
         verifier = ForSDK(JWTVerifier(ISSUER, RESOURCE, http=down))
         async with serve_sdk(sdk_server(verifier)) as http:
             response = await tool_call(http, auth_server.mint())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 
@@ -72,10 +72,10 @@ async def test_metadata_naming_another_issuer_is_not_used() -> None:
 async def test_an_unreachable_authorization_server_gives_503_not_401(
     protect: Any, auth_server: FakeAuthorizationServer, recording_app: RecordingApp
 ) -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
 
-    http = httpx.AsyncClient(transport=httpx.MockTransport(refuse))
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(refuse))
     async with http, client_for(protect(http_client=http)) as client:
         response = await client.get("/mcp", headers=bearer(auth_server.mint()))
     assert response.status_code == 503
@@ -184,7 +184,7 @@ async def test_several_authorization_servers_are_each_trusted_for_their_own_toke
             await verifier.verify_token(first.mint(iss="https://unknown.example"))
 
 
-def introspection_verifier(http: httpx.AsyncClient, **options: Any) -> IntrospectionVerifier:
+def introspection_verifier(http: httpx2.AsyncClient, **options: Any) -> IntrospectionVerifier:
     return IntrospectionVerifier(
         resource=RESOURCE,
         client_id=INTROSPECTION_CLIENT[0],
@@ -402,12 +402,12 @@ def test_an_introspection_endpoint_that_is_not_https_is_refused_at_construction(
     assert loopback.endpoint == "http://127.0.0.1:9000/introspect"
 
 
-def _huge_json(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, json={"active": True, "padding": "x" * (300 * 1024)})
+def _huge_json(request: httpx2.Request) -> httpx2.Response:
+    return httpx2.Response(200, json={"active": True, "padding": "x" * (300 * 1024)})
 
 
 async def test_an_introspection_answer_past_the_size_cap_is_not_read_whole() -> None:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(_huge_json)) as http:
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(_huge_json)) as http:
         verifier = IntrospectionVerifier(
             resource=RESOURCE,
             client_id=INTROSPECTION_CLIENT[0],
@@ -420,7 +420,7 @@ async def test_an_introspection_answer_past_the_size_cap_is_not_read_whole() -> 
 
 
 async def test_a_token_exchange_answer_past_the_size_cap_is_refused() -> None:
-    async with httpx.AsyncClient(transport=httpx.MockTransport(_huge_json)) as http:
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(_huge_json)) as http:
         exchanger = TokenExchanger(
             issuer=ISSUER,
             client_id="c",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
@@ -45,13 +45,13 @@ def echo() -> EchoSocket:
 
 
 @pytest.fixture
-async def as_client(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx.AsyncClient]:
+async def as_client(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx2.AsyncClient]:
     async with auth_server.http_client() as client:
         yield client
 
 
 @pytest.fixture
-def served(echo: EchoSocket, as_client: httpx.AsyncClient) -> Iterator[Any]:
+def served(echo: EchoSocket, as_client: httpx2.AsyncClient) -> Iterator[Any]:
     """``served(**options)`` → ``ws://`` URL of the middleware around ``echo`` under uvicorn."""
     stack: list[Any] = []
 

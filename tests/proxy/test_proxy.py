@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.applications import Starlette
@@ -46,11 +46,11 @@ async def echo(request: Request) -> JSONResponse:
 upstream_app = Starlette(routes=[Route("/upstream/mcp", echo, methods=["GET", "POST", "DELETE"])])
 
 
-def protected_proxy(as_http: httpx.AsyncClient, transport: httpx.AsyncBaseTransport) -> Any:
+def protected_proxy(as_http: httpx2.AsyncClient, transport: httpx2.AsyncBaseTransport) -> Any:
     proxy = UpstreamProxy(
         "http://upstream.internal/upstream/mcp",
         path="/mcp",
-        client=httpx.AsyncClient(transport=transport),
+        client=httpx2.AsyncClient(transport=transport),
     )
     return ProtectedResourceMiddleware(
         proxy, resource=RESOURCE, authorization_servers=[ISSUER], http_client=as_http
@@ -58,10 +58,10 @@ def protected_proxy(as_http: httpx.AsyncClient, transport: httpx.AsyncBaseTransp
 
 
 async def test_the_proxy_forwards_identity_and_never_the_token_rs_17(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
     token = auth_server.mint(sub="alice", client_id="c1", scope="mcp:basic files:read")
-    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    app = protected_proxy(as_http, httpx2.ASGITransport(upstream_app))
     spoofed = {
         "X-MCPAuth-Subject": "root",
         "x-mcpauth-client": "admin",
@@ -90,12 +90,12 @@ async def test_the_proxy_forwards_identity_and_never_the_token_rs_17(
 
 
 async def test_an_unreachable_upstream_gives_502_with_a_json_rpc_body(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("refused", request=request)
 
-    app = protected_proxy(as_http, httpx.MockTransport(refuse))
+    app = protected_proxy(as_http, httpx2.MockTransport(refuse))
     async with client_for(app) as client:
         response = await client.post("/mcp", json=rpc("ping"), headers=bearer(auth_server.mint()))
     assert response.status_code == 502
@@ -105,9 +105,9 @@ async def test_an_unreachable_upstream_gives_502_with_a_json_rpc_body(
 
 
 async def test_the_proxy_serves_only_the_resource_path(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
-    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    app = protected_proxy(as_http, httpx2.ASGITransport(upstream_app))
     async with client_for(app) as client:
         response = await client.get("/elsewhere", headers=bearer(auth_server.mint()))
     assert response.status_code == 404
@@ -189,13 +189,13 @@ def test_non_positive_session_limits_are_usage_errors(option: list[str]) -> None
 
 
 async def test_the_proxy_takes_dpop_and_forwards_neither_token_nor_proof(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     jkt = jwt.thumbprint(jwt.public_jwk(key.public_key(), kid="", alg="ES256"))
     token = auth_server.mint(cnf={"jkt": jkt})
     proof = make_proof(key, alg="ES256", method="POST", url=RESOURCE, access_token=token)
-    app = protected_proxy(as_http, httpx.ASGITransport(upstream_app))
+    app = protected_proxy(as_http, httpx2.ASGITransport(upstream_app))
     async with client_for(app) as client:
         response = await client.post(
             "/mcp",
@@ -214,7 +214,7 @@ async def test_the_proxy_takes_dpop_and_forwards_neither_token_nor_proof(
 
 
 async def test_a_browser_dpop_client_reads_the_nonce_refusal_and_gets_through_the_proxy(
-    auth_server: FakeAuthorizationServer, as_http: httpx.AsyncClient
+    auth_server: FakeAuthorizationServer, as_http: httpx2.AsyncClient
 ) -> None:
     """CORS for DPoP: the preflight allows the DPoP header, and the middleware's own refusals
     carry the proxy's grant so a script can read WWW-Authenticate and DPoP-Nonce."""
@@ -225,7 +225,7 @@ async def test_a_browser_dpop_client_reads_the_nonce_refusal_and_gets_through_th
     proxy = UpstreamProxy(
         "http://upstream.internal/upstream/mcp",
         path="/mcp",
-        client=httpx.AsyncClient(transport=httpx.ASGITransport(upstream_app)),
+        client=httpx2.AsyncClient(transport=httpx2.ASGITransport(upstream_app)),
         allowed_origins=[app_origin],
     )
     middleware = ProtectedResourceMiddleware(
@@ -281,7 +281,7 @@ async def test_the_proxy_alone_drops_the_token_and_the_proof() -> None:
     proxy = UpstreamProxy(
         "http://upstream.internal/upstream/mcp",
         path="/mcp",
-        client=httpx.AsyncClient(transport=httpx.ASGITransport(upstream_app)),
+        client=httpx2.AsyncClient(transport=httpx2.ASGITransport(upstream_app)),
     )
     async with client_for(proxy) as client:
         response = await client.post(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -59,20 +59,20 @@ def upstream() -> Iterator[tuple[Upstream, str]]:
 
 @pytest.fixture
 async def as_clients() -> AsyncIterator[
-    tuple[FakeAuthorizationServer, FakeAuthorizationServer, httpx.AsyncClient]
+    tuple[FakeAuthorizationServer, FakeAuthorizationServer, httpx2.AsyncClient]
 ]:
     first, second = FakeAuthorizationServer(), FakeAuthorizationServer(issuer=OTHER_ISSUER)
     mounts = {
-        f"{ISSUER}/": httpx.ASGITransport(first.app()),
-        f"{OTHER_ISSUER}/": httpx.ASGITransport(second.app()),
+        f"{ISSUER}/": httpx2.ASGITransport(first.app()),
+        f"{OTHER_ISSUER}/": httpx2.ASGITransport(second.app()),
     }
-    async with httpx.AsyncClient(mounts=mounts) as http:
+    async with httpx2.AsyncClient(mounts=mounts) as http:
         yield first, second, http
 
 
 @pytest.fixture
 def proxy(
-    upstream: tuple[Upstream, str], as_clients: tuple[Any, Any, httpx.AsyncClient]
+    upstream: tuple[Upstream, str], as_clients: tuple[Any, Any, httpx2.AsyncClient]
 ) -> Iterator[str]:
     app = ProtectedResourceMiddleware(
         UpstreamProxy(upstream[1], path="/mcp"),
@@ -109,7 +109,7 @@ async def test_forged_identity_in_any_spelling_and_client_forwarding_headers_nev
         ("TE", "trailers"),
     ]
     headers = [*bearer(token).items(), *forged]
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx2.AsyncClient(timeout=10) as client:
         response = await client.post(proxy, json=rpc("ping"), headers=headers)
     assert response.status_code == 200
     (seen,) = upstream[0].requests
@@ -134,7 +134,7 @@ async def test_the_upstream_learns_which_of_several_issuers_signed_the_token(
     proxy: str,
 ) -> None:
     token = as_clients[1].mint(sub="alice")
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx2.AsyncClient(timeout=10) as client:
         response = await client.post(proxy, json=rpc("ping"), headers=bearer(token))
     assert response.status_code == 200
     assert values(upstream[0].requests[0], "x-mcpauth-issuer") == [OTHER_ISSUER]
@@ -143,7 +143,7 @@ async def test_the_upstream_learns_which_of_several_issuers_signed_the_token(
 async def test_upstream_hop_by_hop_fields_are_dropped_and_date_and_server_appear_once(
     as_clients: tuple[FakeAuthorizationServer, Any, Any], proxy: str
 ) -> None:
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx2.AsyncClient(timeout=10) as client:
         response = await client.post(proxy, json=rpc("ping"), headers=bearer(as_clients[0].mint()))
     assert response.status_code == 200
     raw = [(k.decode().lower(), v.decode()) for k, v in response.headers.raw]
@@ -165,7 +165,7 @@ async def test_a_cors_preflight_is_answered_by_the_proxy_and_never_reaches_the_u
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization, content-type, mcp-session-id",
     }
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with httpx2.AsyncClient(timeout=10) as client:
         answered = await client.options(proxy, headers=preflight)
         actual = await client.post(
             proxy,
@@ -183,7 +183,7 @@ async def test_a_cors_preflight_is_answered_by_the_proxy_and_never_reaches_the_u
 
 
 async def test_a_preflight_from_an_origin_outside_the_allow_list_gets_no_cors_grant(
-    upstream: tuple[Upstream, str], as_clients: tuple[Any, Any, httpx.AsyncClient]
+    upstream: tuple[Upstream, str], as_clients: tuple[Any, Any, httpx2.AsyncClient]
 ) -> None:
     app = ProtectedResourceMiddleware(
         UpstreamProxy(upstream[1], path="/mcp", allowed_origins=["https://app.example.com"]),
@@ -193,7 +193,7 @@ async def test_a_preflight_from_an_origin_outside_the_allow_list_gets_no_cors_gr
         allowed_origins=["https://app.example.com"],
     )
     with serve(app, lifespan="on") as address:
-        async with httpx.AsyncClient(timeout=10) as client:
+        async with httpx2.AsyncClient(timeout=10) as client:
             headers = {"Access-Control-Request-Method": "POST"}
             good = await client.options(
                 f"http://{address}/mcp", headers={**headers, "Origin": "https://app.example.com"}

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.middleware import ProtectedResourceMiddleware
@@ -46,7 +46,7 @@ class Clock:
 
 
 @pytest.fixture
-async def as_http(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx.AsyncClient]:
+async def as_http(auth_server: FakeAuthorizationServer) -> AsyncIterator[httpx2.AsyncClient]:
     async with auth_server.http_client() as client:
         yield client
 
@@ -63,7 +63,7 @@ def bridges() -> list[StdioBridge]:
 
 @pytest.fixture
 def bridge_url(
-    as_http: httpx.AsyncClient, clock: Clock, tmp_path: Path, bridges: list[StdioBridge]
+    as_http: httpx2.AsyncClient, clock: Clock, tmp_path: Path, bridges: list[StdioBridge]
 ) -> Iterator[Any]:
     """``bridge_url(**limits)``: URL of the protected stdio bridge under uvicorn."""
     contexts: list[Any] = []
@@ -87,11 +87,11 @@ def bridge_url(
         context.__exit__(None, None, None)
 
 
-async def initialize(client: httpx.AsyncClient, url: str, token: str) -> httpx.Response:
+async def initialize(client: httpx2.AsyncClient, url: str, token: str) -> httpx2.Response:
     return await client.post(url, json=INITIALIZE, headers={**MCP_HEADERS, **bearer(token)})
 
 
-async def ping(client: httpx.AsyncClient, url: str, token: str, session: str) -> httpx.Response:
+async def ping(client: httpx2.AsyncClient, url: str, token: str, session: str) -> httpx2.Response:
     headers = {
         **MCP_HEADERS,
         **bearer(token),
@@ -128,7 +128,7 @@ def settle(bridge: StdioBridge) -> None:
     wait_until(lambda: all(session.active == 0 for session in list(bridge.sessions.values())))
 
 
-def assert_busy(response: httpx.Response, status: int) -> None:
+def assert_busy(response: httpx2.Response, status: int) -> None:
     assert response.status_code == status
     assert int(response.headers["Retry-After"]) >= 1
     body = response.json()
@@ -142,7 +142,7 @@ async def test_one_subject_cannot_open_more_sessions_than_its_cap_and_others_sti
 ) -> None:
     url = bridge_url(max_sessions_per_subject=2, max_sessions=10)
     alice, bob = auth_server.mint(sub="alice"), auth_server.mint(sub="bob")
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         opened = [await initialize(client, url, alice) for _ in range(2)]
         assert [r.status_code for r in opened] == [200, 200]
         assert_busy(await initialize(client, url, alice), 429)
@@ -154,7 +154,7 @@ async def test_the_number_of_children_is_bounded_in_all_with_503(
     auth_server: FakeAuthorizationServer, bridge_url: Any, tmp_path: Path
 ) -> None:
     url = bridge_url(max_sessions_per_subject=5, max_sessions=2)
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         for subject in ("alice", "bob"):
             response = await initialize(client, url, auth_server.mint(sub=subject))
             assert response.status_code == 200
@@ -171,7 +171,7 @@ async def test_an_idle_session_is_reaped_its_child_stopped_and_its_slot_freed(
 ) -> None:
     url = bridge_url(max_sessions_per_subject=1, idle_timeout=60)
     alice = auth_server.mint(sub="alice")
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         first = await initialize(client, url, alice)
         session = first.headers["mcp-session-id"]
         (pid,) = children(tmp_path, "alice")
@@ -194,7 +194,7 @@ async def test_a_session_in_use_is_not_reaped(
     # No background reaping here: the refusal path reaps before it refuses.
     url = bridge_url(max_sessions_per_subject=1, idle_timeout=60, reap_interval=3600)
     alice = auth_server.mint(sub="alice")
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         session = (await initialize(client, url, alice)).headers["mcp-session-id"]
         settle(bridges[0])
         clock.now += 50

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -55,5 +55,5 @@ def seeded(app: Starlette, password_hash: str) -> Starlette:
 
 
 @pytest.fixture
-async def public_client(seeded: Starlette, http: httpx.AsyncClient) -> dict[str, Any]:
+async def public_client(seeded: Starlette, http: httpx2.AsyncClient) -> dict[str, Any]:
     return await register_public_client(http)

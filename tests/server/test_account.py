@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
+import httpx2
 import pytest
 
 from ..oauth import Form, forms, submit
@@ -18,7 +18,7 @@ from .test_token import refresh, tokens
 pytestmark = pytest.mark.anyio
 
 
-async def signed_in(http: httpx.AsyncClient) -> httpx.Response:
+async def signed_in(http: httpx2.AsyncClient) -> httpx2.Response:
     page = await http.get("/account")
     if "password" in forms(page.text)[0].fields:
         response = await submit(http, page, {"username": "alice", "password": PASSWORD})
@@ -27,7 +27,7 @@ async def signed_in(http: httpx.AsyncClient) -> httpx.Response:
     return page
 
 
-async def revoke_form(http: httpx.AsyncClient, page: httpx.Response) -> tuple[str, Form]:
+async def revoke_form(http: httpx2.AsyncClient, page: httpx2.Response) -> tuple[str, Form]:
     """Follow the first "Revoke access" link to its confirmation page; its form and URL."""
     link = re.search(r'href="([^"]*account/revoke\?client_id=[^"]*)"', page.text)
     assert link is not None
@@ -39,7 +39,7 @@ async def revoke_form(http: httpx.AsyncClient, page: httpx.Response) -> tuple[st
 
 
 async def test_the_account_page_lists_and_revokes_connected_clients(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
     page = await signed_in(http)
@@ -56,7 +56,7 @@ async def test_the_account_page_lists_and_revokes_connected_clients(
 
 
 async def test_two_authorizations_of_one_client_are_one_application(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     first = await tokens(http, public_client)
     second = await tokens(http, public_client)
@@ -70,7 +70,7 @@ async def test_two_authorizations_of_one_client_are_one_application(
 
 
 async def test_revocation_needs_the_csrf_token(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     await tokens(http, public_client)
     page = await signed_in(http)
@@ -83,24 +83,24 @@ async def test_revocation_needs_the_csrf_token(
 async def test_a_user_cannot_revoke_another_users_grant(
     app: Any, public_client: dict[str, Any]
 ) -> None:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as alice:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as alice:
         await tokens(alice, public_client)
         page = await signed_in(alice)
         action, revoke = await revoke_form(alice, page)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as bob:
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as bob:
         page = await bob.get("/account")
         await submit(bob, page, {"username": "bob", "password": PASSWORD})
         bob_page = await bob.get("/account")
         token = forms(bob_page.text)[-1].fields["csrf_token"]
         response = await bob.post(action, data={**revoke.fields, "csrf_token": token})
     assert response.status_code == 404
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as alice:
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as alice:
         assert "Test client" in (await signed_in(alice)).text
 
 
 async def test_sign_out_ends_the_session(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await signed_in(http)
     logout = forms(page.text)[-1]

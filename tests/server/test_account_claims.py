@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
-import httpx
+import httpx2
 import pytest
 from sqlalchemy import select
 from starlette.applications import Starlette
@@ -197,10 +197,10 @@ def test_an_oauth2_provider_s_groups_come_through_its_claim_mapping_and_github_h
 
 
 async def tokens_for(
-    browser: httpx.AsyncClient,
+    browser: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     resource: str,
-    sign_in: Callable[[httpx.Response], Awaitable[httpx.Response]],
+    sign_in: Callable[[httpx2.Response], Awaitable[httpx2.Response]],
 ) -> dict[str, Any]:
     """The person asks for ``resource``, signs in on the sign-in page (``sign_in``: the answer
     that leads to the consent page), approves the client, and the client redeems the code."""
@@ -222,7 +222,7 @@ async def tokens_through_upstream(
     in a browser of her own."""
     async with await browser_for(app) as browser:
 
-        async def through_the_provider(page: httpx.Response) -> httpx.Response:
+        async def through_the_provider(page: httpx2.Response) -> httpx2.Response:
             started = await press(browser, page)
             return await come_back(browser, idp.approve(started.headers["location"], **claims))
 
@@ -238,7 +238,7 @@ def claims_of(app: Starlette, token: str) -> dict[str, Any]:
 PERSON = {"email", "email_verified", "name", "groups"}
 
 
-async def refreshed(http: httpx.AsyncClient, client_id: str, issued: dict[str, Any]) -> str:  # noqa: F811
+async def refreshed(http: httpx2.AsyncClient, client_id: str, issued: dict[str, Any]) -> str:  # noqa: F811
     response = await http.post(
         "/token",
         data={
@@ -254,7 +254,7 @@ async def refreshed(http: httpx.AsyncClient, client_id: str, issued: dict[str, A
 
 async def test_a_resource_s_tokens_carry_the_claims_it_asks_for_and_introspection_says_them(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
 ) -> None:
@@ -288,7 +288,7 @@ async def test_a_resource_s_tokens_carry_the_claims_it_asks_for_and_introspectio
 @pytest.mark.parametrize("verified", [False, None])
 async def test_an_unverified_email_reaches_no_resource(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     verified: bool | None,
@@ -330,7 +330,7 @@ async def test_an_unverified_email_reaches_no_resource(
 
 async def test_a_resource_that_asks_for_nothing_gets_no_claims_about_the_person(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
 ) -> None:
@@ -341,7 +341,7 @@ async def test_a_resource_that_asks_for_nothing_gets_no_claims_about_the_person(
 
 async def test_a_refresh_after_a_new_sign_in_carries_the_new_claims(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
 ) -> None:
@@ -359,7 +359,7 @@ async def test_a_refresh_after_a_new_sign_in_carries_the_new_claims(
 
 async def test_token_exchange_carries_the_target_s_claims_for_a_person_and_none_for_a_machine(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
 ) -> None:
@@ -410,7 +410,7 @@ async def test_token_exchange_carries_the_target_s_claims_for_a_person_and_none_
 
 async def test_a_local_account_s_name_is_its_username_and_it_has_no_email(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     password_hash: str,
 ) -> None:
@@ -419,7 +419,7 @@ async def test_a_local_account_s_name_is_its_username_and_it_has_no_email(
     )
     add_user(app, "carol", password_hash)
 
-    async def with_the_password(page: httpx.Response) -> httpx.Response:
+    async def with_the_password(page: httpx2.Response) -> httpx2.Response:
         login = next(f for f in forms(page.text) if "password" in f.fields)
         values = {**login.fields, "username": "carol", "password": PASSWORD}
         return await http.post(urljoin(str(page.url), login.action), data=values)

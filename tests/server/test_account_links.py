@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
+import httpx2
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -62,7 +62,7 @@ def kept(app: Starlette) -> list[tuple[str, str]]:
         ]
 
 
-async def account_page(http: httpx.AsyncClient, username: str = "alice") -> httpx.Response:
+async def account_page(http: httpx2.AsyncClient, username: str = "alice") -> httpx2.Response:
     """/account, signed in with the password when it shows the sign-in page."""
     page = await http.get("/account")
     form = next((f for f in forms(page.text) if "password" in f.fields), None)
@@ -76,17 +76,17 @@ async def account_page(http: httpx.AsyncClient, username: str = "alice") -> http
 
 
 async def press_link(
-    http: httpx.AsyncClient, page: httpx.Response, provider: str = "idp"
-) -> httpx.Response:
+    http: httpx2.AsyncClient, page: httpx2.Response, provider: str = "idp"
+) -> httpx2.Response:
     button = next(f for f in forms(page.text) if f.action.endswith(f"/upstream/{provider}/link"))
     return await http.post(urljoin(str(page.url), button.action), data=button.fields)
 
 
 async def link(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
     **claims: Any,
-) -> httpx.Response:
+) -> httpx2.Response:
     """Press "Link Example IdP" on the signed-in account page, sign in at the provider, come
     back."""
     started = await press_link(http, await account_page(http))
@@ -96,7 +96,7 @@ async def link(
 
 async def test_a_signed_in_person_links_a_provider_and_then_signs_in_with_it(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
 ) -> None:
     alice = user_id(app, "alice")
@@ -115,7 +115,7 @@ async def test_a_signed_in_person_links_a_provider_and_then_signs_in_with_it(
     assert kept(app) == [(alice, "idp")]  # keep_tokens: kept for the linked account
     # another browser signs in with the provider alone: the linked account, no new one
     users_before = counts(app)["users"]
-    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as other:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as other:
         login = await other.get("/account")
         button = next(f for f in forms(login.text) if f.action.endswith("/upstream/idp/login"))
         started = await other.post(urljoin(str(login.url), button.action), data=button.fields)
@@ -128,12 +128,12 @@ async def test_a_signed_in_person_links_a_provider_and_then_signs_in_with_it(
 
 async def test_an_identity_of_another_account_is_never_moved(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
 ) -> None:
     """bob links alice-0001 first; alice's attempt to link it is refused, bob keeps it."""
     bob = user_id(app, "bob")
-    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as b:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as b:
         started = await press_link(b, await account_page(b, "bob"))
         assert (await come_back(b, idp.approve(started.headers["location"]))).status_code == 303
     before = counts(app)
@@ -147,7 +147,7 @@ async def test_an_identity_of_another_account_is_never_moved(
 
 async def test_a_second_identity_at_the_same_provider_is_refused(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
 ) -> None:
     assert (await link(http, idp)).status_code == 303
@@ -155,7 +155,7 @@ async def test_a_second_identity_at_the_same_provider_is_refused(
     assert "Link Example IdP" not in page.text
     # the button is gone, but a form posted from an older page still reaches the callback
     button_page = page.text.replace("/upstream/other/link", "/upstream/idp/link")
-    fake = httpx.Response(200, text=button_page, request=page.request)
+    fake = httpx2.Response(200, text=button_page, request=page.request)
     started = await press_link(http, fake)
     response = await come_back(http, idp.approve(started.headers["location"], sub="alice-0002"))
     refused(response, 409, "already linked to another Example IdP account", None)
@@ -164,7 +164,7 @@ async def test_a_second_identity_at_the_same_provider_is_refused(
 
 async def test_a_link_is_refused_by_the_provider_s_policy_like_a_sign_in(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
 ) -> None:
     refused(
@@ -178,7 +178,7 @@ async def test_a_link_is_refused_by_the_provider_s_policy_like_a_sign_in(
 
 async def test_linking_needs_a_recent_sign_in_at_the_start_and_at_the_callback(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
 ) -> None:
@@ -202,7 +202,7 @@ async def test_linking_needs_a_recent_sign_in_at_the_start_and_at_the_callback(
 
 async def test_the_link_button_needs_its_csrf_token_and_a_signed_in_browser(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     page = await account_page(http)
     button = next(f for f in forms(page.text) if f.action.endswith("/upstream/idp/link"))
@@ -211,14 +211,14 @@ async def test_the_link_button_needs_its_csrf_token_and_a_signed_in_browser(
     )
     assert forged.status_code == 403
     assert "location" not in forged.headers
-    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as anon:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as anon:
         login = await anon.get("/account")  # its own anonymous session and token
         token = next(f for f in forms(login.text) if "/upstream/idp/login" in f.action)
         other_page = await anon.post(urljoin(str(login.url), button.action), data=token.fields)
         assert other_page.status_code == 403  # a token for another form
         assert "location" not in other_page.headers
     # a copy of the cookie, kept after signing out: its token is good, its session is not
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         transport=http._transport, base_url=str(http.base_url), cookies=http.cookies
     ) as copy:
         logout = next(f for f in forms(page.text) if f.action.endswith("/account/logout"))
@@ -232,7 +232,7 @@ async def test_the_link_button_needs_its_csrf_token_and_a_signed_in_browser(
 
 async def test_removing_a_provider_unless_it_is_the_last_way_in(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
 ) -> None:
     await link(http, idp)
@@ -250,7 +250,7 @@ async def test_removing_a_provider_unless_it_is_the_last_way_in(
     )
     assert forged.status_code == 403
     # an account made by a provider has no password: its only identity stays
-    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as fed:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as fed:
         login = await fed.get("/account")
         button = next(f for f in forms(login.text) if f.action.endswith("/upstream/idp/login"))
         started = await fed.post(urljoin(str(login.url), button.action), data=button.fields)
@@ -265,7 +265,7 @@ async def test_removing_a_provider_unless_it_is_the_last_way_in(
 
 async def test_the_link_asks_the_provider_to_authenticate_the_person_again(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     started = await press_link(http, await account_page(http))
     assert query(started.headers["location"])["prompt"] == "login"
@@ -273,7 +273,7 @@ async def test_the_link_asks_the_provider_to_authenticate_the_person_again(
 
 async def test_removing_needs_a_recent_sign_in_too(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
 ) -> None:
@@ -295,7 +295,7 @@ async def test_removing_needs_a_recent_sign_in_too(
 
 async def test_a_removed_identity_never_reaches_the_account_it_made_again(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     idp: FakeProvider,  # noqa: F811
     other_idp: FakeProvider,  # noqa: F811
 ) -> None:
@@ -317,7 +317,7 @@ async def test_a_removed_identity_never_reaches_the_account_it_made_again(
         await http.post(urljoin(str(page.url), remove.action), data=remove.fields)
     ).status_code == 303
     assert identities_of(app) == [("alice-0001", carol, "other")]
-    async with httpx.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as again:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=str(http.base_url)) as again:
         someone = await provider_sign_in(app, again, idp, "idp", sub="carol-7")
     assert someone != carol
     assert sorted(identities_of(app)) == sorted(
@@ -369,8 +369,8 @@ async def test_with_local_accounts_off_a_password_is_no_way_in(
                 created_at=1, last_login_at=1,
             )
         )  # fmt: skip
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 50000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.9", 50000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         assert await provider_sign_in(app, http, idp, "idp", sub="erin-1") == erin
         page = await http.get("/account")
         assert "Username and password" not in page.text
@@ -385,7 +385,7 @@ async def test_with_local_accounts_off_a_password_is_no_way_in(
 
 
 async def provider_sign_in(
-    app: Starlette, http: httpx.AsyncClient, fake: FakeProvider, provider: str, **claims: Any
+    app: Starlette, http: httpx2.AsyncClient, fake: FakeProvider, provider: str, **claims: Any
 ) -> str:
     """Sign in on /account through a provider alone; the account's id."""
     login = await http.get("/account")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -44,8 +44,8 @@ def _params(client: str, **changes: str | None) -> dict[str, str]:
 
 
 async def _get(
-    http: httpx.AsyncClient, params: dict[str, str] | list[tuple[str, str]]
-) -> httpx.Response:
+    http: httpx2.AsyncClient, params: dict[str, str] | list[tuple[str, str]]
+) -> httpx2.Response:
     return await http.get("/authorize?" + urlencode(params))
 
 
@@ -78,7 +78,7 @@ UNREDIRECTABLE = [
     ids=["valid", "implicit", "bad-scope", "no-pkce", "plain-pkce"],
 )
 async def test_t7_errors_with_an_unvalidated_client_or_redirect_never_redirect(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     trusted_client: dict[str, Any],
     case: str,
     changes: dict[str, str | None],
@@ -110,7 +110,7 @@ REDIRECTED_ERRORS = [
     ("case", "changes", "error"), REDIRECTED_ERRORS, ids=[c[0] for c in REDIRECTED_ERRORS]
 )
 async def test_t7_t9_errors_redirect_to_a_trusted_client_with_state_and_iss(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     trusted_client: dict[str, Any],
     case: str,
     changes: dict[str, str | None],
@@ -128,7 +128,7 @@ async def test_t7_t9_errors_redirect_to_a_trusted_client_with_state_and_iss(
 
 
 async def test_t8_errors_for_a_dynamically_registered_client_show_a_page_before_any_redirect(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
 ) -> None:
     # (an unknown scope used to be the trigger; unknown scopes are now narrowed away)
@@ -156,7 +156,7 @@ async def test_t8_errors_for_a_dynamically_registered_client_show_a_page_before_
     ],
 )
 async def test_t6_loopback_redirects_match_on_any_port_and_nothing_else(
-    http: httpx.AsyncClient, public_client: dict[str, Any], requested: str, ok: bool
+    http: httpx2.AsyncClient, public_client: dict[str, Any], requested: str, ok: bool
 ) -> None:
     response = await _get(
         http, authorization_params(public_client["client_id"], CHALLENGE, redirect_uri=requested)
@@ -167,7 +167,7 @@ async def test_t6_loopback_redirects_match_on_any_port_and_nothing_else(
 
 
 async def test_t6_ipv6_loopback_registration_matches_on_any_port(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     from ..oauth import register_public_client
 
@@ -186,7 +186,7 @@ async def test_t6_ipv6_loopback_registration_matches_on_any_port(
 
 @pytest.mark.parametrize("name", ["code_challenge", "state", "scope", "response_type"])
 async def test_t27_a_repeated_parameter_is_invalid_request(
-    http: httpx.AsyncClient, trusted_client: dict[str, Any], name: str
+    http: httpx2.AsyncClient, trusted_client: dict[str, Any], name: str
 ) -> None:
     params = list(_params(trusted_client["client_id"], scope="mcp:tools").items())
     params.append((name, dict(params)[name]))
@@ -197,7 +197,7 @@ async def test_t27_a_repeated_parameter_is_invalid_request(
 
 @pytest.mark.parametrize("name", ["client_id", "redirect_uri"])
 async def test_t27_a_repeated_client_id_or_redirect_uri_is_never_redirected(
-    http: httpx.AsyncClient, trusted_client: dict[str, Any], name: str
+    http: httpx2.AsyncClient, trusted_client: dict[str, Any], name: str
 ) -> None:
     params = list(_params(trusted_client["client_id"]).items())
     params.append((name, "https://evil.example/cb"))
@@ -207,7 +207,7 @@ async def test_t27_a_repeated_client_id_or_redirect_uri_is_never_redirected(
 
 
 async def test_two_resources_in_one_request_are_invalid_request(
-    http: httpx.AsyncClient, trusted_client: dict[str, Any]
+    http: httpx2.AsyncClient, trusted_client: dict[str, Any]
 ) -> None:
     # was invalid_target: a repeated parameter is a malformed request, and the description
     # says so plainly (Codex CLI repeats `resource`; the same value twice is accepted)
@@ -223,7 +223,7 @@ async def test_two_resources_in_one_request_are_invalid_request(
 
 
 async def test_omitted_resource_and_scope_use_the_default_resource_and_its_default_scopes(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     response = await _get(http, authorization_params(public_client["client_id"], CHALLENGE))
     interaction_id = response.headers["location"].rsplit("/", 1)[1]
@@ -237,7 +237,7 @@ async def test_omitted_resource_and_scope_use_the_default_resource_and_its_defau
 
 
 async def test_omitted_resource_without_a_default_is_invalid_target(
-    http: httpx.AsyncClient, app: Starlette
+    http: httpx2.AsyncClient, app: Starlette
 ) -> None:
     ctx = app.state.mcpauth
     admin.add_resource(ctx, "https://rs.example/mcp", scopes=["a"])
@@ -249,7 +249,7 @@ async def test_omitted_resource_without_a_default_is_invalid_target(
 
 
 async def test_resource_is_compared_in_canonical_form(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     params = authorization_params(
         public_client["client_id"], CHALLENGE, resource="HTTP://127.0.0.1:8000/mcp"
@@ -259,7 +259,7 @@ async def test_resource_is_compared_in_canonical_form(
 
 
 async def test_t25_authorize_has_no_cors(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     preflight = await http.options(
         "/authorize",
@@ -274,7 +274,7 @@ async def test_t25_authorize_has_no_cors(
 
 
 async def test_t12_every_html_page_forbids_framing_and_caching(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     error = await http.get("/authorize?client_id=nope")
     login = await follow(
@@ -290,7 +290,7 @@ async def test_t12_every_html_page_forbids_framing_and_caching(
 
 
 async def test_post_to_the_authorization_endpoint_works_like_get(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/authorize", data=authorization_params(public_client["client_id"], CHALLENGE)
@@ -300,7 +300,7 @@ async def test_post_to_the_authorization_endpoint_works_like_get(
 
 
 async def test_state_is_returned_exactly_as_given(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     state = "a b&c=d/é"
     params = authorization_params(public_client["client_id"], CHALLENGE, state=state)
@@ -310,7 +310,7 @@ async def test_state_is_returned_exactly_as_given(
 
 
 async def test_a_self_registered_clients_scope_does_not_block_a_later_step_up(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     from ..oauth import register_public_client
 
@@ -322,7 +322,7 @@ async def test_a_self_registered_clients_scope_does_not_block_a_later_step_up(
 
 
 async def test_an_administrators_scope_list_binds_the_client(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     client = admin.add_client(
         seeded.state.mcpauth,

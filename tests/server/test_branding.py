@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.errors import ConfigurationError
@@ -24,8 +24,8 @@ async def test_pages_carry_the_configured_brand(make_settings: Callable[..., Set
             accent_color="#FFCC00",
         )
     )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as http:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:9000") as http:
         page = await http.get("/account")
         icon = await http.get("/favicon.svg")
     assert "<title>Sign in · Acme sign-in</title>" in page.text
@@ -38,7 +38,7 @@ async def test_pages_carry_the_configured_brand(make_settings: Callable[..., Set
 
 
 async def test_unknown_pages_answer_html_to_browsers_and_json_to_clients(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     browser = await http.get("/nope", headers={"Accept": "text/html,*/*"})
     assert browser.status_code == 404

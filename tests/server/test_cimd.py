@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 
@@ -53,7 +53,7 @@ class Publisher:
         if self.error is not None:
             raise self.error
         content = self.body if isinstance(self.body, bytes) else json.dumps(self.body).encode()
-        return FetchedResponse(url, 200, httpx.Headers(self.headers), content)
+        return FetchedResponse(url, 200, httpx2.Headers(self.headers), content)
 
 
 @pytest.fixture
@@ -544,7 +544,7 @@ def test_as10_cache_lifetime_follows_http_within_bounds(
     headers: dict[str, str], seconds: int
 ) -> None:
     now = 1772366400.0  # 2026-03-01 12:00:00 UTC
-    assert cache_lifetime(httpx.Headers(headers), now) == seconds
+    assert cache_lifetime(httpx2.Headers(headers), now) == seconds
 
 
 def test_as10_a_valid_document_is_served_from_the_cache_until_it_expires(

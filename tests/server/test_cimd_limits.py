@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -30,12 +30,12 @@ def limited_app(make_settings: Callable[..., Settings]) -> Starlette:
 
 
 @pytest.fixture
-async def clients(limited_app: Starlette) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+async def clients(limited_app: Starlette) -> AsyncIterator[dict[str, httpx2.AsyncClient]]:
     """One HTTP client per requester address."""
-    made: dict[str, httpx.AsyncClient] = {}
+    made: dict[str, httpx2.AsyncClient] = {}
     for address in ("192.0.2.1", "192.0.2.2"):
-        transport = httpx.ASGITransport(limited_app, client=(address, 40000))
-        made[address] = httpx.AsyncClient(transport=transport, base_url=ISSUER)
+        transport = httpx2.ASGITransport(limited_app, client=(address, 40000))
+        made[address] = httpx2.AsyncClient(transport=transport, base_url=ISSUER)
     try:
         yield made
     finally:
@@ -43,7 +43,7 @@ async def clients(limited_app: Starlette) -> AsyncIterator[dict[str, httpx.Async
             await client.aclose()
 
 
-async def _authorize(http: httpx.AsyncClient, client_id: str) -> str:
+async def _authorize(http: httpx2.AsyncClient, client_id: str) -> str:
     params = {
         "response_type": "code",
         "client_id": client_id,
@@ -57,7 +57,7 @@ async def _authorize(http: httpx.AsyncClient, client_id: str) -> str:
     return response.text
 
 
-async def _token(http: httpx.AsyncClient, client_id: str) -> str:
+async def _token(http: httpx2.AsyncClient, client_id: str) -> str:
     form = {"grant_type": "refresh_token", "refresh_token": "r", "client_id": client_id}
     response = await http.post("/token", data=form)
     assert response.status_code == 401, response.text
@@ -67,8 +67,8 @@ async def _token(http: httpx.AsyncClient, client_id: str) -> str:
 
 @pytest.mark.parametrize("endpoint", [_authorize, _token], ids=["authorize", "token"])
 async def test_an_address_whose_document_fetches_fail_is_refused_further_fetches(
-    clients: dict[str, httpx.AsyncClient],
-    endpoint: Callable[[httpx.AsyncClient, str], Any],
+    clients: dict[str, httpx2.AsyncClient],
+    endpoint: Callable[[httpx2.AsyncClient, str], Any],
 ) -> None:
     first, other = clients["192.0.2.1"], clients["192.0.2.2"]
     for n in range(LIMIT):

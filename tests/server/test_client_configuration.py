@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from ..oauth import register_public_client
@@ -17,7 +17,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def registered(http: httpx.AsyncClient, seeded: Any) -> dict[str, Any]:
+async def registered(http: httpx2.AsyncClient, seeded: Any) -> dict[str, Any]:
     return await register_public_client(http)
 
 
@@ -26,7 +26,7 @@ async def test_registration_returns_the_configuration_uri(registered: dict[str, 
 
 
 async def test_read_returns_the_client_and_rotates_the_token(
-    http: httpx.AsyncClient, registered: dict[str, Any]
+    http: httpx2.AsyncClient, registered: dict[str, Any]
 ) -> None:
     uri = registered["registration_client_uri"]
     response = await http.get(uri, headers=bearer(registered["registration_access_token"]))
@@ -43,7 +43,7 @@ async def test_read_returns_the_client_and_rotates_the_token(
 
 
 async def test_update_replaces_the_metadata(
-    http: httpx.AsyncClient, registered: dict[str, Any]
+    http: httpx2.AsyncClient, registered: dict[str, Any]
 ) -> None:
     body = {
         "client_id": registered["client_id"],
@@ -71,7 +71,7 @@ async def test_update_replaces_the_metadata(
     ],
 )
 async def test_invalid_updates_are_refused_and_change_nothing(
-    http: httpx.AsyncClient, registered: dict[str, Any], changes: dict[str, Any], error: str
+    http: httpx2.AsyncClient, registered: dict[str, Any], changes: dict[str, Any], error: str
 ) -> None:
     body = {
         "client_id": registered["client_id"],
@@ -90,7 +90,7 @@ async def test_invalid_updates_are_refused_and_change_nothing(
 
 
 async def test_delete_removes_the_client(
-    http: httpx.AsyncClient, registered: dict[str, Any]
+    http: httpx2.AsyncClient, registered: dict[str, Any]
 ) -> None:
     uri, token = registered["registration_client_uri"], registered["registration_access_token"]
     assert (await http.delete(uri, headers=bearer(token))).status_code == 204
@@ -101,7 +101,7 @@ async def test_delete_removes_the_client(
     "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}]
 )
 async def test_a_missing_or_wrong_registration_token_is_401(
-    http: httpx.AsyncClient, registered: dict[str, Any], headers: dict[str, str]
+    http: httpx2.AsyncClient, registered: dict[str, Any], headers: dict[str, str]
 ) -> None:
     response = await http.get(registered["registration_client_uri"], headers=headers)
     assert response.status_code == 401
@@ -109,7 +109,7 @@ async def test_a_missing_or_wrong_registration_token_is_401(
 
 
 async def test_another_clients_token_does_not_open_this_client(
-    http: httpx.AsyncClient, registered: dict[str, Any]
+    http: httpx2.AsyncClient, registered: dict[str, Any]
 ) -> None:
     other = await register_public_client(http)
     response = await http.get(

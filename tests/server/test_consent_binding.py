@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from starlette.applications import Starlette
@@ -27,18 +27,18 @@ def params(client_id: str, redirect_uri: str = FIRST, **extra: str) -> dict[str,
     return authorization_params(client_id, pkce_pair()[1], redirect_uri=redirect_uri, **extra)
 
 
-async def start(http: httpx.AsyncClient, query_params: dict[str, str]) -> httpx.Response:
+async def start(http: httpx2.AsyncClient, query_params: dict[str, str]) -> httpx2.Response:
     return await follow(http, await http.get("/authorize?" + urlencode(query_params)))
 
 
-async def sign_in_and_approve(http: httpx.AsyncClient, query_params: dict[str, str]) -> None:
+async def sign_in_and_approve(http: httpx2.AsyncClient, query_params: dict[str, str]) -> None:
     response = await approve(http, query_params, password=PASSWORD)
     assert response.status_code == 303
     assert "code=" in response.headers["location"]
 
 
 async def test_another_loopback_port_does_not_get_a_silent_code(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     await sign_in_and_approve(http, params(cid))
@@ -50,7 +50,7 @@ async def test_another_loopback_port_does_not_get_a_silent_code(
 
 
 async def test_the_exact_loopback_redirect_is_remembered_only_for_a_short_while(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time("2026-11-22 10:00:00") as clock:
@@ -65,7 +65,7 @@ async def test_the_exact_loopback_redirect_is_remembered_only_for_a_short_while(
 
 
 async def test_silent_codes_do_not_extend_the_window(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time("2026-11-22 10:00:00") as clock:
@@ -77,7 +77,7 @@ async def test_silent_codes_do_not_extend_the_window(
 
 
 async def test_a_redirect_uri_added_later_does_not_inherit_the_consent(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     registered = await register_public_client(http, redirect_uri=FIRST)
     cid = registered["client_id"]
@@ -102,7 +102,7 @@ async def test_a_redirect_uri_added_later_does_not_inherit_the_consent(
     assert "code=" not in silent.text
 
 
-async def test_a_renamed_client_asks_again(http: httpx.AsyncClient, seeded: Starlette) -> None:
+async def test_a_renamed_client_asks_again(http: httpx2.AsyncClient, seeded: Starlette) -> None:
     registered = await register_public_client(http, redirect_uri=FIRST)
     cid = registered["client_id"]
     await sign_in_and_approve(http, params(cid))
@@ -123,7 +123,7 @@ async def test_a_renamed_client_asks_again(http: httpx.AsyncClient, seeded: Star
     assert "Your Bank" in page.text
 
 
-async def consent_for(http: httpx.AsyncClient, **registration: Any) -> str:
+async def consent_for(http: httpx2.AsyncClient, **registration: Any) -> str:
     registered = await register_public_client(http, **registration)
     redirect = registration.get("redirect_uri", FIRST)
     page = await follow(
@@ -136,14 +136,14 @@ async def consent_for(http: httpx.AsyncClient, **registration: Any) -> str:
 
 
 async def test_a_custom_scheme_redirect_is_shown_by_its_scheme(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     text = await consent_for(http, redirect_uri="com.example.app:/oauth/callback")
     assert "the application that handles com.example.app: links on this device" in text
 
 
 async def test_an_international_host_is_shown_in_ascii_with_a_warning(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     cyrillic = "https://\u0430pple.example/cb"  # a Cyrillic a: looks like apple.example
     text = await consent_for(http, redirect_uri=cyrillic)
@@ -153,7 +153,7 @@ async def test_an_international_host_is_shown_in_ascii_with_a_warning(
 
 
 async def test_invisible_and_bidi_characters_never_reach_the_consent_page(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     # registration refuses control characters; format characters (bidi, zero width) it keeps
     text = await consent_for(http, client_name="Good\u202eliaM\u200b App")
@@ -167,7 +167,7 @@ async def test_invisible_and_bidi_characters_never_reach_the_consent_page(
     ["Acme Desktop", "acme  desktop", "ACME\u200b Desktop", "\uff21\uff43\uff4d\uff45 Desktop"],
 )
 async def test_a_self_registered_client_cannot_take_an_operator_clients_name(
-    http: httpx.AsyncClient, seeded: Starlette, name: str
+    http: httpx2.AsyncClient, seeded: Starlette, name: str
 ) -> None:
     admin.add_client(
         seeded.state.mcpauth, name="Acme Desktop", redirect_uris=["https://acme.example/cb"]
@@ -181,7 +181,7 @@ async def test_a_self_registered_client_cannot_take_an_operator_clients_name(
 
 
 async def test_a_self_registered_client_cannot_rename_itself_to_an_operator_clients_name(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     admin.add_client(
         seeded.state.mcpauth, name="Acme Desktop", redirect_uris=["https://acme.example/cb"]

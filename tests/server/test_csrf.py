@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.server.browser.csrf import cross_site_reason
@@ -46,7 +46,7 @@ def test_form_origin_rule(headers: dict[str, str], accepted: bool) -> None:
 
 @anyio
 async def test_consent_posted_with_origin_null_from_the_same_origin_is_accepted(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     form = forms(page.text)[0]
@@ -61,7 +61,7 @@ async def test_consent_posted_with_origin_null_from_the_same_origin_is_accepted(
 
 @anyio
 async def test_a_refused_form_is_logged_with_its_reason(
-    http: httpx.AsyncClient, public_client: dict[str, Any], caplog: pytest.LogCaptureFixture
+    http: httpx2.AsyncClient, public_client: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     form = forms(page.text)[0]
@@ -78,7 +78,7 @@ async def test_a_refused_form_is_logged_with_its_reason(
 
 @anyio
 async def test_interaction_pages_send_the_origin_on_same_origin_posts(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     # under same-origin, browsers send the real Origin on the page's own form POSTs

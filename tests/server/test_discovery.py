@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.server import Settings, create_app
@@ -14,7 +14,7 @@ from ..conftest import ISSUER
 pytestmark = pytest.mark.anyio
 
 
-async def test_as02_metadata_has_the_mcp_must_haves(http: httpx.AsyncClient) -> None:
+async def test_as02_metadata_has_the_mcp_must_haves(http: httpx2.AsyncClient) -> None:
     response = await http.get("/.well-known/oauth-authorization-server")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
@@ -29,7 +29,7 @@ async def test_as02_metadata_has_the_mcp_must_haves(http: httpx.AsyncClient) -> 
         assert meta[key].startswith(ISSUER + "/")
 
 
-async def test_openid_configuration_serves_the_same_document(http: httpx.AsyncClient) -> None:
+async def test_openid_configuration_serves_the_same_document(http: httpx2.AsyncClient) -> None:
     oauth = (await http.get("/.well-known/oauth-authorization-server")).json()
     oidc = (await http.get("/.well-known/openid-configuration")).json()
     assert oidc == oauth
@@ -41,7 +41,7 @@ async def test_as03_issuer_with_a_path_is_served_byte_identical_at_path_inserted
 ) -> None:
     app = create_app(make_settings(issuer=issuer))
     path = issuer.removeprefix("http://127.0.0.1:9000").rstrip("/")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         urls = [
             f"/.well-known/oauth-authorization-server{path}",
             f"/.well-known/openid-configuration{path}",
@@ -55,7 +55,7 @@ async def test_as03_issuer_with_a_path_is_served_byte_identical_at_path_inserted
 
 
 async def test_scopes_supported_lists_the_registered_resources_scopes(
-    http: httpx.AsyncClient, app: object
+    http: httpx2.AsyncClient, app: object
 ) -> None:
     from mcpauth.server import admin
 
@@ -67,19 +67,19 @@ async def test_scopes_supported_lists_the_registered_resources_scopes(
     assert "offline_access" not in meta["scopes_supported"]
 
 
-async def test_metadata_and_jwks_allow_cors(http: httpx.AsyncClient) -> None:
+async def test_metadata_and_jwks_allow_cors(http: httpx2.AsyncClient) -> None:
     for url in ("/.well-known/oauth-authorization-server", "/jwks.json"):
         response = await http.get(url, headers={"Origin": "https://app.example"})
         assert response.headers["access-control-allow-origin"] == "*"
 
 
-async def test_unknown_paths_get_a_json_404(http: httpx.AsyncClient) -> None:
+async def test_unknown_paths_get_a_json_404(http: httpx2.AsyncClient) -> None:
     response = await http.get("/nope")
     assert response.status_code == 404
     assert response.json()["error"] == "invalid_request"
 
 
-async def test_health_answers(http: httpx.AsyncClient) -> None:
+async def test_health_answers(http: httpx2.AsyncClient) -> None:
     response = await http.get("/health")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}

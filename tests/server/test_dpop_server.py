@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from starlette.applications import Starlette
@@ -51,8 +51,11 @@ def bot(seeded: Starlette) -> dict[str, Any]:
 
 
 async def machine_token(
-    http: httpx.AsyncClient, bot: dict[str, Any], headers: dict[str, str] | None = None, **form: str
-) -> httpx.Response:
+    http: httpx2.AsyncClient,
+    bot: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    **form: str,
+) -> httpx2.Response:
     return await http.post(
         "/token",
         data={"grant_type": "client_credentials", **form},
@@ -78,14 +81,14 @@ class Replicas:
 @pytest.fixture
 async def replicas(
     make_settings: Callable[..., Settings], password_hash: str
-) -> AsyncIterator[tuple[Replicas, list[httpx.AsyncClient], dict[str, Any]]]:
+) -> AsyncIterator[tuple[Replicas, list[httpx2.AsyncClient], dict[str, Any]]]:
     pair = Replicas(make_settings(dpop_nonce=True))
     ctx = pair.apps[0].state.mcpauth
     admin.add_resource(ctx, RESOURCE, scopes=["mcp:tools"], is_default=True)
     add_user(pair.apps[0], "alice", password_hash)
     bot = admin.add_client(ctx, name="bot", grant_types=["client_credentials"])
     clients = [
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ISSUER)
+        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=ISSUER)
         for app in pair.apps
     ]
     try:
@@ -96,7 +99,7 @@ async def replicas(
 
 
 async def test_a_proof_without_the_servers_nonce_gets_use_dpop_nonce_and_the_nonce(
-    replicas: tuple[Replicas, list[httpx.AsyncClient], dict[str, Any]],
+    replicas: tuple[Replicas, list[httpx2.AsyncClient], dict[str, Any]],
 ) -> None:
     pair, (first, _), bot = replicas
     refused = await machine_token(first, bot, {"DPoP": proof(now=pair.clock())})
@@ -113,7 +116,7 @@ async def test_a_proof_without_the_servers_nonce_gets_use_dpop_nonce_and_the_non
 
 
 async def test_replicas_accept_each_others_nonces_and_share_the_jti_record(
-    replicas: tuple[Replicas, list[httpx.AsyncClient], dict[str, Any]],
+    replicas: tuple[Replicas, list[httpx2.AsyncClient], dict[str, Any]],
 ) -> None:
     pair, (first, second), bot = replicas
     nonce = (await machine_token(first, bot, {"DPoP": proof(now=pair.clock())})).headers[
@@ -129,7 +132,7 @@ async def test_replicas_accept_each_others_nonces_and_share_the_jti_record(
 
 
 async def test_a_nonce_lasts_one_to_two_windows_then_a_new_one_is_needed(
-    replicas: tuple[Replicas, list[httpx.AsyncClient], dict[str, Any]],
+    replicas: tuple[Replicas, list[httpx2.AsyncClient], dict[str, Any]],
 ) -> None:
     pair, (first, second), bot = replicas
     nonce = (await machine_token(first, bot, {"DPoP": proof(now=pair.clock())})).headers[
@@ -145,7 +148,7 @@ async def test_a_nonce_lasts_one_to_two_windows_then_a_new_one_is_needed(
 
 
 async def test_another_servers_nonce_is_not_accepted(
-    replicas: tuple[Replicas, list[httpx.AsyncClient], dict[str, Any]],
+    replicas: tuple[Replicas, list[httpx2.AsyncClient], dict[str, Any]],
     make_settings: Callable[..., Settings],
 ) -> None:
     pair, (first, _), bot = replicas
@@ -156,7 +159,7 @@ async def test_another_servers_nonce_is_not_accepted(
 
 
 async def test_without_nonces_no_nonce_header_is_sent(
-    http: httpx.AsyncClient, bot: dict[str, Any]
+    http: httpx2.AsyncClient, bot: dict[str, Any]
 ) -> None:
     granted = await machine_token(http, bot, {"DPoP": proof()})
     assert granted.status_code == 200
@@ -167,7 +170,7 @@ async def test_without_nonces_no_nonce_header_is_sent(
 
 
 async def code_for_key(
-    http: httpx.AsyncClient, client_id: str, jkt: str, redirect_uri: str
+    http: httpx2.AsyncClient, client_id: str, jkt: str, redirect_uri: str
 ) -> tuple[str, str]:
     verifier, challenge = pkce_pair()
     params = authorization_params(
@@ -179,7 +182,7 @@ async def code_for_key(
 
 
 async def test_a_code_requested_with_dpop_jkt_is_redeemed_only_with_that_key(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     redirect = public_client["redirect_uris"][0]
@@ -199,7 +202,7 @@ async def test_a_code_requested_with_dpop_jkt_is_redeemed_only_with_that_key(
 
 @pytest.mark.parametrize("value", ["short", "x" * 44, "a" * 42 + "!"])
 async def test_a_malformed_dpop_jkt_is_refused_at_the_authorization_endpoint(
-    http: httpx.AsyncClient, seeded: Starlette, value: str
+    http: httpx2.AsyncClient, seeded: Starlette, value: str
 ) -> None:
     client = admin.add_client(
         seeded.state.mcpauth,
@@ -220,7 +223,7 @@ async def test_a_malformed_dpop_jkt_is_refused_at_the_authorization_endpoint(
 
 
 async def test_a_client_registered_for_bound_tokens_must_send_a_proof(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     bound = admin.add_client(
         seeded.state.mcpauth, name="bound bot", grant_types=["client_credentials"], dpop_bound=True
@@ -233,7 +236,7 @@ async def test_a_client_registered_for_bound_tokens_must_send_a_proof(
 
 
 async def test_dynamic_registration_takes_dpop_bound_access_tokens_as_a_boolean_only(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     body = {
         "client_name": "x",
@@ -257,7 +260,7 @@ async def test_dynamic_registration_takes_dpop_bound_access_tokens_as_a_boolean_
 
 
 async def test_a_resource_that_requires_dpop_gets_bound_tokens_only(
-    http: httpx.AsyncClient, seeded: Starlette, bot: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, bot: dict[str, Any]
 ) -> None:
     admin.add_resource(
         seeded.state.mcpauth, "http://127.0.0.1:8002/mcp", scopes=["x:y"], dpop_required=True
@@ -282,7 +285,7 @@ async def test_a_resource_that_requires_dpop_gets_bound_tokens_only(
 
 
 async def test_introspection_says_a_token_is_bound_and_to_which_key(
-    http: httpx.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
 ) -> None:
     auditor = admin.add_client(
         seeded.state.mcpauth, name="rs", grant_types=["client_credentials"], introspect=True
@@ -311,7 +314,7 @@ async def test_introspection_says_a_token_is_bound_and_to_which_key(
 
 
 async def test_the_cors_preflight_lets_a_browser_client_send_a_proof(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     preflight = await http.options(
         "/token",

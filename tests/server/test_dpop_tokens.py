@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -50,8 +50,8 @@ def bot(seeded: Starlette) -> dict[str, Any]:
 
 
 async def machine_token(
-    http: httpx.AsyncClient, bot: dict[str, Any], headers: dict[str, str] | None = None
-) -> httpx.Response:
+    http: httpx2.AsyncClient, bot: dict[str, Any], headers: dict[str, str] | None = None
+) -> httpx2.Response:
     return await http.post(
         "/token",
         data={"grant_type": "client_credentials"},
@@ -61,7 +61,7 @@ async def machine_token(
 
 
 async def test_the_metadata_advertises_asymmetric_dpop_algorithms_only(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     document = (await http.get("/.well-known/oauth-authorization-server")).json()
     algs = document["dpop_signing_alg_values_supported"]
@@ -70,7 +70,7 @@ async def test_the_metadata_advertises_asymmetric_dpop_algorithms_only(
 
 
 async def test_a_proof_binds_a_machine_token_and_bearer_stays_bearer(
-    http: httpx.AsyncClient, bot: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, bot: dict[str, Any], seeded: Starlette
 ) -> None:
     bound = await machine_token(http, bot, {"DPoP": proof()})
     assert bound.status_code == 200, bound.text
@@ -81,7 +81,7 @@ async def test_a_proof_binds_a_machine_token_and_bearer_stays_bearer(
     assert "cnf" not in claims_of(seeded, plain.json()["access_token"])
 
 
-async def test_a_proof_is_single_use(http: httpx.AsyncClient, bot: dict[str, Any]) -> None:
+async def test_a_proof_is_single_use(http: httpx2.AsyncClient, bot: dict[str, Any]) -> None:
     once = proof()
     assert (await machine_token(http, bot, {"DPoP": once})).status_code == 200
     again = await machine_token(http, bot, {"DPoP": once})
@@ -91,7 +91,7 @@ async def test_a_proof_is_single_use(http: httpx.AsyncClient, bot: dict[str, Any
 
 
 async def test_a_public_clients_refresh_token_is_bound_to_its_key(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)
@@ -118,7 +118,7 @@ async def test_a_public_clients_refresh_token_is_bound_to_its_key(
 
 
 async def test_a_confidential_clients_refresh_token_stays_with_its_credentials(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     app = admin.add_client(
         seeded.state.mcpauth,
@@ -212,7 +212,7 @@ HOSTILE: list[tuple[str, Callable[[], list[str]]]] = [
 
 @pytest.mark.parametrize(("case", "proofs"), HOSTILE, ids=[h[0] for h in HOSTILE])
 async def test_a_hostile_proof_is_refused_before_the_grant_is_used(
-    http: httpx.AsyncClient, bot: dict[str, Any], case: str, proofs: Callable[[], list[str]]
+    http: httpx2.AsyncClient, bot: dict[str, Any], case: str, proofs: Callable[[], list[str]]
 ) -> None:
     headers = [("DPoP", value) for value in proofs()]
     response = await http.post(
@@ -226,7 +226,7 @@ async def test_a_hostile_proof_is_refused_before_the_grant_is_used(
 
 
 async def test_a_refused_proof_leaves_the_code_unused(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)

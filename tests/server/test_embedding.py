@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.server import Admin, AdminError, Settings, create_app
@@ -25,8 +25,8 @@ async def _failed_auth_address(
 ) -> str:
     """The address the server saw for a request from 10.0.0.5 carrying X-Forwarded-For."""
     caplog.clear()
-    transport = httpx.ASGITransport(app=app, client=("10.0.0.5", 40000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app, client=("10.0.0.5", 40000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         response = await http.post(
             "/token",
             data={"grant_type": "client_credentials", "client_id": "nobody", "client_secret": "x"},
@@ -81,8 +81,8 @@ async def test_admin_of_a_running_app_is_seen_at_once(
         RESOURCE, scopes=["mcp:tools"], default_scopes=["mcp:tools"], is_default=True
     )
     bot = admin.add_client(name="bot", grant_types=["client_credentials"], scopes=["mcp:tools"])
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         token = await http.post(
             "/token",
             data={"grant_type": "client_credentials"},

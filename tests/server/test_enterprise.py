@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -64,8 +64,8 @@ def id_jag(
 
 
 async def exchange(
-    http: httpx.AsyncClient, client: dict[str, Any], assertion: str
-) -> httpx.Response:
+    http: httpx2.AsyncClient, client: dict[str, Any], assertion: str
+) -> httpx2.Response:
     return await http.post(
         "/token",
         data={"grant_type": GRANT, "assertion": assertion},
@@ -74,7 +74,7 @@ async def exchange(
 
 
 async def test_asx2_an_id_jag_is_exchanged_for_a_token_for_that_user(
-    http: httpx.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
 ) -> None:
     first = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
     assert first.status_code == 200, first.text
@@ -89,7 +89,7 @@ async def test_asx2_an_id_jag_is_exchanged_for_a_token_for_that_user(
 
 
 async def test_asx2_grant_is_advertised_when_identity_providers_are_trusted(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     meta = (await http.get("/.well-known/oauth-authorization-server")).json()
     assert GRANT in meta["grant_types_supported"]
@@ -111,7 +111,7 @@ async def test_asx2_grant_is_advertised_when_identity_providers_are_trusted(
     ],
 )
 async def test_asx2_bad_assertions_are_refused(
-    http: httpx.AsyncClient, ema_client: dict[str, Any], kwargs: dict[str, Any], error: str
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], kwargs: dict[str, Any], error: str
 ) -> None:
     kwargs = dict(kwargs)
     kwargs.setdefault("client_id", ema_client["client_id"])
@@ -122,7 +122,7 @@ async def test_asx2_bad_assertions_are_refused(
 
 
 async def test_asx2_scopes_the_resource_does_not_offer_are_narrowed_away(
-    http: httpx.AsyncClient, ema_client: dict[str, Any]
+    http: httpx2.AsyncClient, ema_client: dict[str, Any]
 ) -> None:
     # (invalid_scope before: an unknown scope in the ID-JAG is now dropped, as everywhere)
     response = await exchange(
@@ -133,7 +133,7 @@ async def test_asx2_scopes_the_resource_does_not_offer_are_narrowed_away(
 
 
 async def test_asx2_a_replayed_id_jag_is_refused(
-    http: httpx.AsyncClient, ema_client: dict[str, Any]
+    http: httpx2.AsyncClient, ema_client: dict[str, Any]
 ) -> None:
     assertion = id_jag(ema_client["client_id"])
     assert (await exchange(http, ema_client, assertion)).status_code == 200
@@ -142,7 +142,7 @@ async def test_asx2_a_replayed_id_jag_is_refused(
 
 
 async def test_asx2_the_client_must_authenticate(
-    http: httpx.AsyncClient, ema_client: dict[str, Any]
+    http: httpx2.AsyncClient, ema_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/token",

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth.server.clients.fetch_admission import (
@@ -38,7 +38,7 @@ class Network:
         await self.release.wait()
         if self.error is not None:
             raise self.error
-        return FetchedResponse(url, 200, httpx.Headers(), b"{}")
+        return FetchedResponse(url, 200, httpx2.Headers(), b"{}")
 
 
 class Clock:

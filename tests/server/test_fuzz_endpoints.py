@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -399,7 +399,7 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
-async def seeded_clients(seeded: Starlette, http: httpx.AsyncClient) -> Seeded:
+async def seeded_clients(seeded: Starlette, http: httpx2.AsyncClient) -> Seeded:
     public = await register_public_client(http, REDIRECT_URI)
     confidential = admin.add_client(
         seeded.state.mcpauth,
@@ -416,7 +416,7 @@ async def seeded_clients(seeded: Starlette, http: httpx.AsyncClient) -> Seeded:
     )
 
 
-def _problem(case: Case, response: httpx.Response) -> str | None:
+def _problem(case: Case, response: httpx2.Response) -> str | None:
     if response.status_code >= 500:
         return f"{response.status_code}: {response.text[:200]}"
     if response.status_code in (301, 302, 303, 307, 308):
@@ -443,8 +443,8 @@ async def test_malformed_input_never_gets_a_500_nor_a_non_oauth_error(
         # a different address per case: client-authentication lockouts would otherwise
         # answer every later case with 429 before it reaches its handler
         address = (f"198.51.{index // 250}.{index % 250 + 1}", 40000)
-        transport = httpx.ASGITransport(app=seeded, client=address, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+        transport = httpx2.ASGITransport(app=seeded, client=address, raise_app_exceptions=False)
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as client:
             response = await client.request(
                 case.method,
                 case.path,
@@ -462,7 +462,7 @@ async def test_malformed_input_never_gets_a_500_nor_a_non_oauth_error(
 @pytest.mark.parametrize("path", ["/token", "/revoke", "/introspect"])
 @pytest.mark.parametrize("header", ["Basic ", "Basic", "Basic !!!", _basic(b"\xff:\xfe")])
 async def test_a_basic_header_without_usable_credentials_is_invalid_client(
-    seeded: Starlette, http: httpx.AsyncClient, path: str, header: str
+    seeded: Starlette, http: httpx2.AsyncClient, path: str, header: str
 ) -> None:
     form = {"grant_type": "refresh_token", "refresh_token": "x", "token": "x"}
     response = await http.post(path, data=form, headers={"Authorization": header})

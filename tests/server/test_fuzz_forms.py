@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlencode, urljoin
 
-import httpx
 import httpx2
 import pytest
 from starlette.applications import Starlette
@@ -61,7 +60,7 @@ def app(
     return app
 
 
-async def _reachable_forms(http: httpx.AsyncClient) -> list[tuple[str, Form]]:
+async def _reachable_forms(http: httpx2.AsyncClient) -> list[tuple[str, Form]]:
     """Walk the pages as a person does, collecting (page URL, form) for every form shown."""
     client = await register_public_client(http, APP_REDIRECT)
     params = authorization_params(
@@ -69,7 +68,7 @@ async def _reachable_forms(http: httpx.AsyncClient) -> list[tuple[str, Form]]:
     )
     found: list[tuple[str, Form]] = []
 
-    def collect(page: httpx.Response) -> list[Form]:
+    def collect(page: httpx2.Response) -> list[Form]:
         assert page.status_code == 200, page.text[:300]
         shown = forms(page.text)
         found.extend((str(page.url), form) for form in shown)
@@ -85,7 +84,7 @@ async def _reachable_forms(http: httpx.AsyncClient) -> list[tuple[str, Form]]:
     response = await http.post(action, data={**approve.fields, "action": "approve"})
     assert response.headers["location"].startswith(APP_REDIRECT)
     # the account page of a signed-out browser (its own sign-in form), then signed in
-    async with httpx.AsyncClient(transport=http._transport, base_url=ISSUER) as stranger:
+    async with httpx2.AsyncClient(transport=http._transport, base_url=ISSUER) as stranger:
         collect(await stranger.get("/account"))
     account = await http.get("/account")
     collect(account)
@@ -108,7 +107,7 @@ def _mutations(form: Form) -> list[tuple[str, dict[str, str] | bytes]]:
     return out
 
 
-def _problem(response: httpx.Response, field: str) -> str | None:
+def _problem(response: httpx2.Response, field: str) -> str | None:
     if response.status_code >= 500:
         return f"{response.status_code}: {response.text[:120]!r}"
     location = response.headers.get("location")
@@ -120,7 +119,7 @@ def _problem(response: httpx.Response, field: str) -> str | None:
 
 
 async def test_non_ascii_values_in_every_form_field_never_get_a_500(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     reachable = await _reachable_forms(http)
     actions = {form.action.rsplit("/", 2)[-1] for _, form in reachable}

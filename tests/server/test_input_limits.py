@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -42,7 +42,7 @@ def _client_count(app: Starlette) -> int:
     ],
 )
 async def test_a_registration_with_a_repeated_member_or_a_non_json_constant_is_refused(
-    seeded: Starlette, http: httpx.AsyncClient, body: str
+    seeded: Starlette, http: httpx2.AsyncClient, body: str
 ) -> None:
     before = _client_count(seeded)
     response = await http.post("/register", content=body, headers=JSON)
@@ -52,7 +52,7 @@ async def test_a_registration_with_a_repeated_member_or_a_non_json_constant_is_r
 
 
 async def test_a_registration_body_past_the_limit_is_413_invalid_client_metadata(
-    seeded: Starlette, http: httpx.AsyncClient
+    seeded: Starlette, http: httpx2.AsyncClient
 ) -> None:
     padding = "x" * MAX_REGISTRATION_BYTES
     body = "{" + BASE + f', "software_id": "{padding}"}}'
@@ -62,7 +62,7 @@ async def test_a_registration_body_past_the_limit_is_413_invalid_client_metadata
 
 
 async def test_a_client_configuration_update_is_parsed_and_bounded_the_same_way(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     client = await register_public_client(http)
     uri = client["registration_client_uri"]
@@ -79,7 +79,7 @@ async def test_a_client_configuration_update_is_parsed_and_bounded_the_same_way(
 
 
 async def test_an_over_long_state_is_shown_on_a_page_and_never_redirected(
-    public_client: dict[str, Any], http: httpx.AsyncClient
+    public_client: dict[str, Any], http: httpx2.AsyncClient
 ) -> None:
     _, challenge = pkce_pair()
     params = authorization_params(
@@ -99,7 +99,7 @@ async def test_an_over_long_state_is_shown_on_a_page_and_never_redirected(
 
 
 async def test_an_echoed_value_never_puts_forbidden_characters_in_error_description(
-    seeded: Starlette, http: httpx.AsyncClient
+    seeded: Starlette, http: httpx2.AsyncClient
 ) -> None:
     body = {
         "redirect_uris": ["http://127.0.0.1/cb"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -32,7 +32,7 @@ def _params(client_id: str, **extra: str) -> dict[str, str]:
     return authorization_params(client_id, pkce_pair()[1], **extra)
 
 
-async def login_page(http: httpx.AsyncClient, client_id: str, **extra: str) -> httpx.Response:
+async def login_page(http: httpx2.AsyncClient, client_id: str, **extra: str) -> httpx2.Response:
     page = await follow(
         http, await http.get("/authorize?" + urlencode(_params(client_id, **extra)))
     )
@@ -40,7 +40,7 @@ async def login_page(http: httpx.AsyncClient, client_id: str, **extra: str) -> h
     return page
 
 
-async def consent_page(http: httpx.AsyncClient, client_id: str, **extra: str) -> httpx.Response:
+async def consent_page(http: httpx2.AsyncClient, client_id: str, **extra: str) -> httpx2.Response:
     page = await login_page(http, client_id, **extra)
     page = await follow(http, await submit(http, page, {"username": "alice", "password": PASSWORD}))
     assert "approve" in page.text
@@ -48,7 +48,7 @@ async def consent_page(http: httpx.AsyncClient, client_id: str, **extra: str) ->
 
 
 async def test_consent_shows_client_redirect_host_resource_and_scope_descriptions(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     assert "Test client" in page.text
@@ -64,7 +64,7 @@ async def test_consent_shows_client_redirect_host_resource_and_scope_description
 
 
 async def test_deny_redirects_access_denied_with_state_and_iss(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     response = await sign_in_and_approve(http, _params(public_client["client_id"]), action="deny")
     assert response.status_code == 303
@@ -75,7 +75,7 @@ async def test_deny_redirects_access_denied_with_state_and_iss(
 
 
 async def test_t11_every_post_answers_303(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await login_page(http, public_client["client_id"])
     after_login = await submit(http, page, {"username": "alice", "password": PASSWORD})
@@ -87,7 +87,7 @@ async def test_t11_every_post_answers_303(
 
 @pytest.mark.parametrize("token", [None, "", "0" * 64])
 async def test_t10_consent_without_a_valid_csrf_token_is_refused(
-    http: httpx.AsyncClient, public_client: dict[str, Any], token: str | None
+    http: httpx2.AsyncClient, public_client: dict[str, Any], token: str | None
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     form = forms(page.text)[0]
@@ -98,7 +98,7 @@ async def test_t10_consent_without_a_valid_csrf_token_is_refused(
 
 
 async def test_t10_login_without_a_valid_csrf_token_is_refused(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await login_page(http, public_client["client_id"])
     action = urljoin(str(page.request.url), forms(page.text)[0].action)
@@ -111,10 +111,10 @@ async def test_t10_login_without_a_valid_csrf_token_is_refused(
 async def test_t10_a_token_from_one_session_is_useless_in_another(
     app: Starlette, public_client: dict[str, Any]
 ) -> None:
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx2.ASGITransport(app=app)
     async with (
-        httpx.AsyncClient(transport=transport, base_url=ISSUER) as victim,
-        httpx.AsyncClient(transport=transport, base_url=ISSUER) as attacker,
+        httpx2.AsyncClient(transport=transport, base_url=ISSUER) as victim,
+        httpx2.AsyncClient(transport=transport, base_url=ISSUER) as attacker,
     ):
         page = await consent_page(victim, public_client["client_id"])
         form = forms(page.text)[0]
@@ -128,10 +128,10 @@ async def test_t10_a_token_from_one_session_is_useless_in_another(
 async def test_t10_a_request_started_in_one_browser_cannot_be_finished_in_another(
     app: Starlette, public_client: dict[str, Any]
 ) -> None:
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx2.ASGITransport(app=app)
     async with (
-        httpx.AsyncClient(transport=transport, base_url=ISSUER) as first,
-        httpx.AsyncClient(transport=transport, base_url=ISSUER) as second,
+        httpx2.AsyncClient(transport=transport, base_url=ISSUER) as first,
+        httpx2.AsyncClient(transport=transport, base_url=ISSUER) as second,
     ):
         started = await first.get("/authorize?" + urlencode(_params(public_client["client_id"])))
         hijacked = await second.get(started.headers["location"])
@@ -139,7 +139,7 @@ async def test_t10_a_request_started_in_one_browser_cannot_be_finished_in_anothe
 
 
 async def test_t10_a_cross_site_consent_post_is_refused(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await consent_page(http, public_client["client_id"])
     form = forms(page.text)[0]
@@ -152,7 +152,7 @@ async def test_t10_a_cross_site_consent_post_is_refused(
 
 
 async def test_t10_consent_is_bound_to_its_own_request(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     other = admin.add_client(
         seeded.state.mcpauth,
@@ -177,7 +177,7 @@ async def test_t10_consent_is_bound_to_its_own_request(
 
 
 async def test_consent_is_remembered_for_the_same_scopes_and_asked_again_for_more(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     assert (await sign_in_and_approve(http, _params(cid))).status_code == 303
@@ -196,7 +196,9 @@ async def test_consent_is_remembered_for_the_same_scopes_and_asked_again_for_mor
     assert "approve" in forced.text
 
 
-async def test_first_party_clients_skip_consent(http: httpx.AsyncClient, seeded: Starlette) -> None:
+async def test_first_party_clients_skip_consent(
+    http: httpx2.AsyncClient, seeded: Starlette
+) -> None:
     client = admin.add_client(
         seeded.state.mcpauth,
         name="Ours",
@@ -211,7 +213,7 @@ async def test_first_party_clients_skip_consent(http: httpx.AsyncClient, seeded:
 
 
 async def test_prompt_login_asks_for_the_password_again(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     assert (await sign_in_and_approve(http, _params(cid))).status_code == 303
@@ -222,7 +224,7 @@ async def test_prompt_login_asks_for_the_password_again(
 
 
 async def test_t8_prompt_none_never_redirects_silently_to_an_untrusted_client(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await follow(
         http,
@@ -236,7 +238,7 @@ async def test_t8_prompt_none_never_redirects_silently_to_an_untrusted_client(
 
 
 async def test_prompt_none_redirects_login_required_to_a_trusted_client(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     client = admin.add_client(
         seeded.state.mcpauth,
@@ -251,7 +253,7 @@ async def test_prompt_none_redirects_login_required_to_a_trusted_client(
 
 
 async def test_a_wrong_password_shows_the_form_again(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     page = await login_page(http, public_client["client_id"])
     response = await submit(http, page, {"username": "alice", "password": "wrong password"})
@@ -261,7 +263,7 @@ async def test_a_wrong_password_shows_the_form_again(
 
 
 async def test_t20_repeated_failed_logins_lock_the_account_with_retry_after(
-    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
+    http: httpx2.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     page = await login_page(http, public_client["client_id"])
     for _ in range(settings.login_max_failures):
@@ -276,8 +278,8 @@ async def test_t26_forwarded_for_from_an_untrusted_peer_does_not_reset_the_addre
 ) -> None:
     # The address limit is four times the account limit; spread failures over accounts and
     # rotate X-Forwarded-For: the peer address still locks.
-    transport = httpx.ASGITransport(app=app, client=("198.51.100.9", 4000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app, client=("198.51.100.9", 4000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         page = await login_page(http, public_client["client_id"])
         attempts = settings.login_max_failures * 4 + 1
         for i in range(attempts):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from starlette.applications import Starlette
@@ -38,15 +38,15 @@ async def test_no_valid_token_is_rejected_during_a_rotation(
         admin.add_resource(ctx, RESOURCE, scopes=["a"], default_scopes=["a"], is_default=True)
         bot = admin.add_client(ctx, name="bot", grant_types=["client_credentials"])
         basic = base64.b64encode(f"{bot['client_id']}:{bot['client_secret']}".encode()).decode()
-        to_server = httpx.AsyncClient(transport=httpx.ASGITransport(server), base_url=ISSUER)
+        to_server = httpx2.AsyncClient(transport=httpx2.ASGITransport(server), base_url=ISSUER)
         resource_app = ProtectedResourceMiddleware(
             Starlette(routes=[Route("/mcp", ok, methods=["POST"])]),
             resource=RESOURCE,
             authorization_servers=[ISSUER],
             http_client=to_server,
         )
-        to_resource = httpx.AsyncClient(
-            transport=httpx.ASGITransport(resource_app), base_url="http://127.0.0.1:8000"
+        to_resource = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(resource_app), base_url="http://127.0.0.1:8000"
         )
 
         async def token() -> str:

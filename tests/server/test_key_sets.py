@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -57,7 +57,7 @@ class Network:
         if self.error is not None:
             raise self.error
         body = json.dumps(self.document).encode()
-        return FetchedResponse(url, 200, httpx.Headers(), body)
+        return FetchedResponse(url, 200, httpx2.Headers(), body)
 
 
 def key_sets(network: Network, clock: Clock, limits: FetchLimits | None = None) -> KeySets:
@@ -209,7 +209,7 @@ def test_a_document_that_is_not_a_jwks_counts_as_a_failure() -> None:
 
 def _answering(body: bytes) -> Callable[[str], Awaitable[FetchedResponse]]:
     async def aget(url: str) -> FetchedResponse:
-        return FetchedResponse(url, 200, httpx.Headers(), body)
+        return FetchedResponse(url, 200, httpx2.Headers(), body)
 
     return aget
 

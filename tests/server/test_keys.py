@@ -3,7 +3,7 @@ publishes the next key before it signs and keeps the old one until its tokens ex
 
 from __future__ import annotations
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from sqlmodel import select
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 PRIVATE_MEMBERS = {"d", "p", "q", "dp", "dq", "qi"}
 
 
-async def test_jwks_holds_public_keys_only(http: httpx.AsyncClient) -> None:
+async def test_jwks_holds_public_keys_only(http: httpx2.AsyncClient) -> None:
     jwks = (await http.get("/jwks.json")).json()
     assert len(jwks["keys"]) == 1
     key = jwks["keys"][0]

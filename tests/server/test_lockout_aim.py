@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def from_address(app: Starlette, address: str) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app, client=(address, 40000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+async def from_address(app: Starlette, address: str) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=app, client=(address, 40000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         yield http
 
 

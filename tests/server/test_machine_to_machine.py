@@ -8,7 +8,7 @@ import secrets
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -80,7 +80,7 @@ def claims_of(app: Starlette, token: str) -> dict[str, Any]:
 
 
 async def test_asx1_client_secret_basic_gets_a_token_whose_subject_is_the_client(
-    http: httpx.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
 ) -> None:
     response = await http.post(
         "/token",
@@ -97,7 +97,7 @@ async def test_asx1_client_secret_basic_gets_a_token_whose_subject_is_the_client
 
 
 async def test_client_credentials_scopes_are_limited_to_the_clients_allowed_scopes(
-    http: httpx.AsyncClient, secret_client: dict[str, Any]
+    http: httpx2.AsyncClient, secret_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/token",
@@ -109,7 +109,7 @@ async def test_client_credentials_scopes_are_limited_to_the_clients_allowed_scop
 
 
 async def test_client_credentials_resource_must_be_registered(
-    http: httpx.AsyncClient, secret_client: dict[str, Any]
+    http: httpx2.AsyncClient, secret_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/token",
@@ -120,7 +120,7 @@ async def test_client_credentials_resource_must_be_registered(
 
 
 async def test_a_client_without_the_grant_is_unauthorized_client(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     web = admin.add_client(seeded.state.mcpauth, name="Web", redirect_uris=["https://w.example/cb"])
     response = await http.post(
@@ -130,7 +130,7 @@ async def test_a_client_without_the_grant_is_unauthorized_client(
 
 
 async def test_asx1_private_key_jwt_authenticates_a_client(
-    http: httpx.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey, seeded: Starlette
+    http: httpx2.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey, seeded: Starlette
 ) -> None:
     cid = jwt_client["client_id"]
     form = cc_form(
@@ -155,7 +155,7 @@ async def test_asx1_private_key_jwt_authenticates_a_client(
     ],
 )
 async def test_asx1_bad_client_assertions_are_invalid_client(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     jwt_client: dict[str, Any],
     key: jwt.PrivateKey,
     changes: dict[str, Any],
@@ -171,7 +171,7 @@ async def test_asx1_bad_client_assertions_are_invalid_client(
 
 
 async def test_asx1_an_assertion_signed_by_another_key_is_invalid_client(
-    http: httpx.AsyncClient, jwt_client: dict[str, Any]
+    http: httpx2.AsyncClient, jwt_client: dict[str, Any]
 ) -> None:
     other = jwt.generate_private_key("ES256")
     form = cc_form(
@@ -183,7 +183,7 @@ async def test_asx1_an_assertion_signed_by_another_key_is_invalid_client(
 
 
 async def test_asx1_a_replayed_assertion_jti_is_refused(
-    http: httpx.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey
+    http: httpx2.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey
 ) -> None:
     signed = assertion(key, jwt_client["client_id"])
     form = cc_form(client_assertion_type=ASSERTION_TYPE, client_assertion=signed)
@@ -194,7 +194,7 @@ async def test_asx1_a_replayed_assertion_jti_is_refused(
 
 
 async def test_asx1_the_token_endpoint_is_an_accepted_audience(
-    http: httpx.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey
+    http: httpx2.AsyncClient, jwt_client: dict[str, Any], key: jwt.PrivateKey
 ) -> None:
     signed = assertion(key, jwt_client["client_id"], aud=f"{ISSUER}/token")
     response = await http.post(
@@ -204,7 +204,7 @@ async def test_asx1_the_token_endpoint_is_an_accepted_audience(
 
 
 async def test_a_secret_cannot_stand_in_for_a_registered_private_key_jwt(
-    http: httpx.AsyncClient, jwt_client: dict[str, Any]
+    http: httpx2.AsyncClient, jwt_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/token", data=cc_form(), headers=basic(jwt_client["client_id"], "guess")
@@ -213,7 +213,7 @@ async def test_a_secret_cannot_stand_in_for_a_registered_private_key_jwt(
 
 
 async def test_asx1_metadata_advertises_private_key_jwt_and_its_algorithms(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     meta = (await http.get("/.well-known/oauth-authorization-server")).json()
     assert "private_key_jwt" in meta["token_endpoint_auth_methods_supported"]
@@ -223,7 +223,7 @@ async def test_asx1_metadata_advertises_private_key_jwt_and_its_algorithms(
 
 
 async def test_a_cached_client_credentials_request_is_answered_without_a_worker_thread(
-    http: httpx.AsyncClient, secret_client: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    http: httpx2.AsyncClient, secret_client: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mcpauth.server.tokens import endpoint as token_endpoint
 
@@ -245,7 +245,7 @@ async def test_a_cached_client_credentials_request_is_answered_without_a_worker_
 
 
 async def test_a_removed_client_is_refused_at_once_in_this_process(
-    http: httpx.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
 ) -> None:
     headers = basic(secret_client["client_id"], secret_client["client_secret"])
     assert (await http.post("/token", data=cc_form(), headers=headers)).status_code == 200

@@ -8,7 +8,7 @@ import secrets
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -31,7 +31,7 @@ def _signed(key: jwt.PrivateKey, **claims: Any) -> str:
 
 @pytest.mark.parametrize("uri", ["http://[::1/cb", "https://[x/cb", "http://127.0.0.1:70000/cb"])
 async def test_a_malformed_redirect_uri_is_invalid_redirect_uri_at_registration(
-    http: httpx.AsyncClient, uri: str
+    http: httpx2.AsyncClient, uri: str
 ) -> None:
     response = await http.post("/register", json={"redirect_uris": [uri]})
     assert response.status_code == 400
@@ -41,7 +41,7 @@ async def test_a_malformed_redirect_uri_is_invalid_redirect_uri_at_registration(
 
 @pytest.mark.parametrize("name", ["client_uri", "logo_uri", "jwks_uri"])
 async def test_a_malformed_metadata_url_is_invalid_client_metadata(
-    http: httpx.AsyncClient, name: str
+    http: httpx2.AsyncClient, name: str
 ) -> None:
     body = {"redirect_uris": ["http://127.0.0.1/cb"], name: "https://[::1"}
     response = await http.post("/register", json=body)
@@ -51,7 +51,7 @@ async def test_a_malformed_metadata_url_is_invalid_client_metadata(
 
 @pytest.mark.parametrize("client_id", BAD_CLIENT_IDS)
 async def test_a_malformed_client_id_url_at_authorize_shows_a_page_and_never_redirects(
-    seeded: Starlette, http: httpx.AsyncClient, client_id: str
+    seeded: Starlette, http: httpx2.AsyncClient, client_id: str
 ) -> None:
     params = {
         "client_id": client_id,
@@ -66,7 +66,7 @@ async def test_a_malformed_client_id_url_at_authorize_shows_a_page_and_never_red
 
 
 async def test_a_malformed_redirect_uri_at_authorize_shows_a_page_and_never_redirects(
-    public_client: dict[str, Any], http: httpx.AsyncClient
+    public_client: dict[str, Any], http: httpx2.AsyncClient
 ) -> None:
     params = {
         "client_id": public_client["client_id"],
@@ -89,7 +89,7 @@ async def test_a_malformed_redirect_uri_at_authorize_shows_a_page_and_never_redi
     ],
 )
 async def test_a_malformed_client_id_url_is_invalid_client_at_the_back_channel(
-    seeded: Starlette, http: httpx.AsyncClient, client_id: str, path: str, form: dict[str, str]
+    seeded: Starlette, http: httpx2.AsyncClient, client_id: str, path: str, form: dict[str, str]
 ) -> None:
     response = await http.post(path, data={**form, "client_id": client_id})
     assert response.status_code == 401
@@ -98,7 +98,7 @@ async def test_a_malformed_client_id_url_is_invalid_client_at_the_back_channel(
 
 @pytest.mark.parametrize("issuer", BAD_CLIENT_IDS)
 async def test_a_client_assertion_issued_by_a_malformed_url_is_invalid_client(
-    seeded: Starlette, http: httpx.AsyncClient, issuer: str
+    seeded: Starlette, http: httpx2.AsyncClient, issuer: str
 ) -> None:
     key = jwt.generate_private_key("ES256")
     signed = _signed(key, iss=issuer, sub=issuer, aud=ISSUER)
@@ -114,7 +114,7 @@ async def test_a_client_assertion_issued_by_a_malformed_url_is_invalid_client(
 
 @pytest.mark.parametrize("aud", [[[ISSUER]], [{"a": 1}], 7, {"aud": ISSUER}])
 async def test_a_client_assertion_whose_aud_is_not_strings_is_invalid_client(
-    seeded: Starlette, http: httpx.AsyncClient, aud: Any
+    seeded: Starlette, http: httpx2.AsyncClient, aud: Any
 ) -> None:
     key = jwt.generate_private_key("ES256")
     jwks = {"keys": [jwt.public_jwk(key.public_key(), kid="k1", alg="ES256")]}

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -211,8 +211,8 @@ async def test_a_database_filled_at_revision_0001_upgrades_to_head_without_losin
         refresh_token_reuse_grace=0,  # strict single use: the replay below revokes the grant
     )
     app = create_app(settings, engine=empty_engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         form = {
             "grant_type": "refresh_token",
             "refresh_token": REFRESH_TOKEN,

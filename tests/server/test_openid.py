@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from authlib.oidc.core import CodeIDToken
 from joserfc import jwt as jose_jwt
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def code_tokens(
-    http: httpx.AsyncClient, client_id: str, scope: str, **extra: str
+    http: httpx2.AsyncClient, client_id: str, scope: str, **extra: str
 ) -> dict[str, Any]:
     verifier, challenge = pkce_pair()
     params = authorization_params(
@@ -55,7 +55,7 @@ async def code_tokens(
 
 
 async def verified_id_token(
-    http: httpx.AsyncClient, body: dict[str, Any], client_id: str, nonce: str | None
+    http: httpx2.AsyncClient, body: dict[str, Any], client_id: str, nonce: str | None
 ) -> dict[str, Any]:
     """The ID token as an OpenID relying party checks it, with the keys it discovers."""
     meta = (await http.get("/.well-known/openid-configuration")).json()
@@ -122,9 +122,9 @@ def make_seeded(
     return make
 
 
-def http_for(app: Starlette) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
-    return httpx.AsyncClient(transport=transport, base_url=ISSUER)
+def http_for(app: Starlette) -> httpx2.AsyncClient:
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    return httpx2.AsyncClient(transport=transport, base_url=ISSUER)
 
 
 # joserfc warns that RFC 9864 deprecates the name EdDSA (for Ed25519); it is the name this

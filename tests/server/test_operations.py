@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from sqlalchemy import text
@@ -27,9 +27,9 @@ pytestmark = pytest.mark.anyio
 REGISTRATION = {"redirect_uris": ["http://127.0.0.1/cb"], "token_endpoint_auth_method": "none"}
 
 
-def client_for(app: Starlette, address: str = "203.0.113.7") -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app, client=(address, 4000)), base_url=ISSUER
+def client_for(app: Starlette, address: str = "203.0.113.7") -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app, client=(address, 4000)), base_url=ISSUER
     )
 
 
@@ -56,9 +56,9 @@ async def test_rate_limits_apply_to_an_app_mounted_below_a_root_path(
     make_settings: Callable[..., Settings],
 ) -> None:
     app = create_app(make_settings(rate_limit_register=2))
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 4000), root_path="/auth")
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.9", 4000), root_path="/auth")
     with freeze_time("2026-06-01 12:00:05"):  # one fixed window for all three
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             statuses = [
                 (await http.post("/auth/register", json=REGISTRATION)).status_code for _ in range(3)
             ]
@@ -103,7 +103,7 @@ async def test_the_token_endpoint_is_rate_limited_per_client(
     assert statuses == [200, 200, 429]
 
 
-async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> None:
+async def test_every_response_carries_a_request_id(http: httpx2.AsyncClient) -> None:
     generated = await http.get("/health")
     token = await http.post("/token", data={"grant_type": "client_credentials"})
     kept = await http.get("/health", headers={"X-Request-ID": "abc-123"})
@@ -115,7 +115,7 @@ async def test_every_response_carries_a_request_id(http: httpx.AsyncClient) -> N
 
 
 async def test_the_audit_trail_records_the_flow_and_never_a_secret(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
     settings: Settings,
     caplog: pytest.LogCaptureFixture,
@@ -155,7 +155,7 @@ async def test_the_audit_trail_records_the_flow_and_never_a_secret(
 
 
 async def test_readiness_reports_a_database_behind_its_schema(
-    http: httpx.AsyncClient, app: Starlette
+    http: httpx2.AsyncClient, app: Starlette
 ) -> None:
     assert (await http.get("/health/ready")).json() == {"status": "ready"}
     with app.state.mcpauth.db.engine.begin() as conn:
@@ -180,12 +180,12 @@ async def test_prometheus_metrics_count_requests_and_security_events(
     assert 'mcpauth_audit_events_total{event="client.registered"}' in body
 
 
-async def test_metrics_are_off_by_default(http: httpx.AsyncClient) -> None:
+async def test_metrics_are_off_by_default(http: httpx2.AsyncClient) -> None:
     assert (await http.get("/metrics")).status_code == 404
 
 
 async def test_the_token_endpoint_answers_other_methods_with_405_and_allows_cors(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     wrong = await http.get("/token")
     assert wrong.status_code == 405

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from sqlalchemy import func, select
@@ -73,9 +73,9 @@ def short_app(make_settings: Callable[..., Settings], password_hash: str) -> Sta
 
 
 async def test_thousands_of_dead_rows_are_pruned_to_the_live_ones(short_app: Starlette) -> None:
-    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    transport = httpx2.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
     with freeze_time("2027-03-01 00:00:00") as clock:
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             client: dict[str, Any] = await register_public_client(http)
             cid = client["client_id"]
             # a family refreshed 1,000 times: 1,001 rows, all needed for reuse detection
@@ -139,9 +139,9 @@ async def test_thousands_of_dead_rows_are_pruned_to_the_live_ones(short_app: Sta
 async def test_reuse_detection_still_revokes_a_family_before_it_expires(
     short_app: Starlette,
 ) -> None:
-    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    transport = httpx2.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
     with freeze_time("2027-03-01 00:00:00") as clock:
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             client = await register_public_client(http)
             cid = client["client_id"]
             issued = await tokens(http, client, scope="mcp:tools offline_access")
@@ -359,9 +359,9 @@ async def test_self_registered_clients_expire_when_unused_and_admin_clients_neve
 ) -> None:
     from mcpauth.server.storage.models import Client
 
-    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    transport = httpx2.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
     with freeze_time("2027-03-01 00:00:00") as clock:
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             for _ in range(300):  # a flood of registrations nobody uses
                 await register_public_client(http)
             used = await register_public_client(http)
@@ -394,9 +394,9 @@ async def test_a_self_registered_confidential_client_is_told_when_the_pruner_may
 
     from mcpauth.server.storage.models import Client
 
-    transport = httpx.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
+    transport = httpx2.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
     with freeze_time("2027-03-01 00:00:00") as clock:
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
 
             async def read(registered: dict[str, Any]) -> int:
                 token = registered["registration_access_token"]

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from sqlalchemy import text
@@ -32,11 +32,11 @@ pytestmark = pytest.mark.anyio
 GRACE = 30  # the default
 
 
-def statuses(responses: list[httpx.Response]) -> list[int]:
+def statuses(responses: list[httpx2.Response]) -> list[int]:
     return [r.status_code for r in responses]
 
 
-async def assert_usable(http: httpx.AsyncClient, client_id: str, *refresh_tokens: str) -> None:
+async def assert_usable(http: httpx2.AsyncClient, client_id: str, *refresh_tokens: str) -> None:
     """Each refresh token rotates once more: the grant they belong to lives."""
     for token in refresh_tokens:
         used = await refresh(http, client_id, token)
@@ -48,7 +48,7 @@ def test_the_default_grace_is_thirty_seconds(settings: Settings) -> None:
 
 
 async def test_two_concurrent_refreshes_both_succeed_and_both_new_tokens_stay_usable(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     first = await tokens(http, public_client)
@@ -60,7 +60,7 @@ async def test_two_concurrent_refreshes_both_succeed_and_both_new_tokens_stay_us
 
 
 async def test_a_retried_refresh_within_the_grace_succeeds_and_the_winners_token_stays_valid(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as clock:
@@ -76,7 +76,7 @@ async def test_a_retried_refresh_within_the_grace_succeeds_and_the_winners_token
 
 
 async def test_a_replay_after_the_grace_revokes_the_family_with_the_winners_token(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as clock:
@@ -92,7 +92,7 @@ async def test_a_replay_after_the_grace_revokes_the_family_with_the_winners_toke
 
 
 async def test_the_grace_runs_from_the_rotation_and_replays_do_not_extend_it(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as clock:
@@ -109,7 +109,7 @@ async def test_the_grace_runs_from_the_rotation_and_replays_do_not_extend_it(
 
 
 async def test_another_client_within_the_grace_is_refused_and_revokes_nothing(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     other = await register_public_client(http)
@@ -125,7 +125,7 @@ async def test_another_client_within_the_grace_is_refused_and_revokes_nothing(
 
 
 async def test_a_revoked_grant_is_not_revived_by_the_grace(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     first = await tokens(http, public_client)
@@ -137,7 +137,7 @@ async def test_a_revoked_grant_is_not_revived_by_the_grace(
 
 
 async def test_a_refresh_asking_more_than_the_grant_within_the_grace_is_refused_and_kept(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     first = await tokens(http, public_client)
@@ -163,7 +163,7 @@ async def test_a_zero_grace_is_strict_single_use(
 # --- DPoP-bound refresh tokens ------------------------------------------------------------
 
 
-async def dpop_tokens(http: httpx.AsyncClient, cid: str) -> str:
+async def dpop_tokens(http: httpx2.AsyncClient, cid: str) -> str:
     code, verifier = await get_code(http, cid)
     data = {
         "grant_type": "authorization_code", "code": code, "code_verifier": verifier,
@@ -175,14 +175,14 @@ async def dpop_tokens(http: httpx.AsyncClient, cid: str) -> str:
 
 
 async def dpop_refresh(
-    http: httpx.AsyncClient, cid: str, token: str, headers: dict[str, str]
-) -> httpx.Response:
+    http: httpx2.AsyncClient, cid: str, token: str, headers: dict[str, str]
+) -> httpx2.Response:
     body = {"grant_type": "refresh_token", "refresh_token": token, "client_id": cid}
     return await http.post("/token", data=body, headers=headers)
 
 
 async def test_a_bound_token_is_replayed_within_the_grace_with_its_key_only(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     first = await dpop_tokens(http, cid)
@@ -201,7 +201,7 @@ async def test_a_bound_token_is_replayed_within_the_grace_with_its_key_only(
 
 @pytest.mark.parametrize("another_key", [True, False], ids=["another-key", "no-proof"])
 async def test_a_bound_token_replayed_without_its_key_within_the_grace_revokes_the_family(
-    http: httpx.AsyncClient, public_client: dict[str, Any], another_key: bool
+    http: httpx2.AsyncClient, public_client: dict[str, Any], another_key: bool
 ) -> None:
     cid = public_client["client_id"]
     first = await dpop_tokens(http, cid)
@@ -220,7 +220,7 @@ async def test_a_bound_token_replayed_without_its_key_within_the_grace_revokes_t
 @asynccontextmanager
 async def seeded_client(
     app: Starlette, password_hash: str, *, seed: bool = True
-) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
+) -> AsyncIterator[tuple[httpx2.AsyncClient, dict[str, Any]]]:
     """An httpx client for ``app``, which gets alice, the resource and a public client."""
     if seed:
         add_user(app, "alice", password_hash)
@@ -231,15 +231,15 @@ async def seeded_client(
             default_scopes=["mcp:tools"],
             is_default=True,
         )
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         yield http, (await register_public_client(http) if seed else {})
 
 
 @pytest.fixture
 async def two_replicas(
     make_settings: Callable[..., Settings], password_hash: str
-) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, dict[str, Any]]]:
+) -> AsyncIterator[tuple[httpx2.AsyncClient, httpx2.AsyncClient, dict[str, Any]]]:
     """Two apps on one database (PostgreSQL with MCPAUTH_TEST_DATABASE=postgresql)."""
     settings = make_settings()
     first, second = create_app(settings), create_app(settings)
@@ -251,7 +251,7 @@ async def two_replicas(
 
 
 async def test_concurrent_refreshes_through_two_replicas_both_succeed(
-    two_replicas: tuple[httpx.AsyncClient, httpx.AsyncClient, dict[str, Any]],
+    two_replicas: tuple[httpx2.AsyncClient, httpx2.AsyncClient, dict[str, Any]],
 ) -> None:
     a, b, client = two_replicas
     cid = client["client_id"]

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from sqlmodel import select
 from starlette.applications import Starlette
@@ -107,7 +107,7 @@ async def _count_clients(app: Starlette) -> int:
 
 @pytest.mark.parametrize(("case", "body", "error"), INVALID, ids=[c[0] for c in INVALID])
 async def test_invalid_registration_is_refused_with_its_error_and_stores_nothing(
-    http: httpx.AsyncClient, app: Starlette, case: str, body: Any, error: str
+    http: httpx2.AsyncClient, app: Starlette, case: str, body: Any, error: str
 ) -> None:
     response = await http.post("/register", json=body)
     assert response.status_code == 400, response.text
@@ -116,7 +116,7 @@ async def test_invalid_registration_is_refused_with_its_error_and_stores_nothing
     assert await _count_clients(app) == 0
 
 
-async def test_malformed_json_is_invalid_client_metadata(http: httpx.AsyncClient) -> None:
+async def test_malformed_json_is_invalid_client_metadata(http: httpx2.AsyncClient) -> None:
     response = await http.post(
         "/register", content=b"{not json", headers={"content-type": "application/json"}
     )
@@ -125,7 +125,7 @@ async def test_malformed_json_is_invalid_client_metadata(http: httpx.AsyncClient
 
 
 async def test_deeply_nested_json_is_refused_without_a_server_error(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     body = "[" * 20000 + "]" * 20000
     response = await http.post(
@@ -134,13 +134,13 @@ async def test_deeply_nested_json_is_refused_without_a_server_error(
     assert response.status_code in (400, 413)
 
 
-async def test_form_encoded_registration_is_refused(http: httpx.AsyncClient) -> None:
+async def test_form_encoded_registration_is_refused(http: httpx2.AsyncClient) -> None:
     response = await http.post("/register", data={"client_name": "x"})
     assert response.status_code == 400
     assert response.json()["error"] == META
 
 
-async def test_oversized_registration_body_is_refused(http: httpx.AsyncClient) -> None:
+async def test_oversized_registration_body_is_refused(http: httpx2.AsyncClient) -> None:
     body = with_(client_name="x", software_id="y" * 100_000)
     response = await http.post("/register", json=body)
     assert response.status_code == 413
@@ -148,7 +148,7 @@ async def test_oversized_registration_body_is_refused(http: httpx.AsyncClient) -
 
 
 async def test_public_registration_round_trips_without_a_secret(
-    http: httpx.AsyncClient, app: Starlette
+    http: httpx2.AsyncClient, app: Starlette
 ) -> None:
     response = await http.post("/register", json=VALID)
     assert response.status_code == 201
@@ -168,7 +168,7 @@ async def test_public_registration_round_trips_without_a_secret(
 
 
 async def test_confidential_registration_returns_a_secret_stored_only_as_a_digest(
-    http: httpx.AsyncClient, app: Starlette
+    http: httpx2.AsyncClient, app: Starlette
 ) -> None:
     body = with_(
         redirect_uris=["https://app.example/cb"],
@@ -192,27 +192,27 @@ async def test_confidential_registration_returns_a_secret_stored_only_as_a_diges
     assert secret not in json.dumps(row.model_dump())
 
 
-async def test_auth_method_defaults_to_client_secret_basic(http: httpx.AsyncClient) -> None:
+async def test_auth_method_defaults_to_client_secret_basic(http: httpx2.AsyncClient) -> None:
     response = await http.post("/register", json=with_(token_endpoint_auth_method=...))
     assert response.status_code == 201
     assert response.json()["token_endpoint_auth_method"] == "client_secret_basic"
     assert "client_secret" in response.json()
 
 
-async def test_client_chosen_client_id_is_ignored(http: httpx.AsyncClient) -> None:
+async def test_client_chosen_client_id_is_ignored(http: httpx2.AsyncClient) -> None:
     response = await http.post("/register", json=with_(client_id="alice", client_secret="x"))
     assert response.status_code == 201
     assert response.json()["client_id"] != "alice"
     assert "client_secret" not in response.json()
 
 
-async def test_native_private_use_scheme_is_accepted(http: httpx.AsyncClient) -> None:
+async def test_native_private_use_scheme_is_accepted(http: httpx2.AsyncClient) -> None:
     body = with_(redirect_uris=["com.example.app:/oauth/cb"], application_type="native")
     response = await http.post("/register", json=body)
     assert response.status_code == 201
 
 
-async def test_unknown_members_are_ignored(http: httpx.AsyncClient) -> None:
+async def test_unknown_members_are_ignored(http: httpx2.AsyncClient) -> None:
     response = await http.post("/register", json=with_(x_custom={"a": 1}))
     assert response.status_code == 201
     assert "x_custom" not in response.json()
@@ -222,7 +222,7 @@ async def test_closed_registration_has_no_endpoint_and_is_not_advertised(
     make_settings: Callable[..., Settings],
 ) -> None:
     app = create_app(make_settings(registration_policy="closed"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         assert (await http.post("/register", json=VALID)).status_code in (404, 405)
         meta = (await http.get("/.well-known/oauth-authorization-server")).json()
     assert "registration_endpoint" not in meta
@@ -234,7 +234,7 @@ async def test_token_policy_requires_the_initial_access_token(
     app = create_app(
         make_settings(registration_policy="token", initial_access_token="iat-secret-1")
     )
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url=ISSUER) as http:
         missing = await http.post("/register", json=VALID)
         wrong = await http.post("/register", json=VALID, headers={"Authorization": "Bearer nope"})
         right = await http.post(
@@ -245,7 +245,7 @@ async def test_token_policy_requires_the_initial_access_token(
     assert right.status_code == 201
 
 
-async def test_registration_allows_cors(http: httpx.AsyncClient) -> None:
+async def test_registration_allows_cors(http: httpx2.AsyncClient) -> None:
     preflight = await http.options(
         "/register",
         headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},

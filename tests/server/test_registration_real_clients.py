@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -121,7 +121,7 @@ def _no_empty_members(value: Any) -> bool:
 
 @pytest.mark.parametrize("body", list(BODIES.values()), ids=list(BODIES))
 async def test_a_real_clients_registration_is_accepted_as_sent_and_echoed(
-    http: httpx.AsyncClient, seeded: Starlette, body: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, body: dict[str, Any]
 ) -> None:
     response = await http.post("/register", json=body)
     assert response.status_code == 201, response.text
@@ -147,7 +147,7 @@ async def test_a_real_clients_registration_is_accepted_as_sent_and_echoed(
     ],
 )
 async def test_guessed_scopes_at_registration_are_left_out_not_refused(
-    http: httpx.AsyncClient, seeded: Starlette, asked: str, registered: str | None
+    http: httpx2.AsyncClient, seeded: Starlette, asked: str, registered: str | None
 ) -> None:
     body = {**BODIES["Claude Code"], "scope": asked}
     response = await http.post("/register", json=body)
@@ -165,7 +165,7 @@ def _claims(app: Starlette, token: str) -> dict[str, Any]:
 
 
 async def _authorize_and_redeem(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     app: Starlette,
     info: dict[str, Any],
     redirect_uri: str,
@@ -206,7 +206,7 @@ async def _authorize_and_redeem(
     ids=["Cursor loopback", "VS Code loopback", "Cline 3.x scheme", "Cursor scheme", "Cursor web"],
 )
 async def test_a_real_client_completes_the_flow_after_registering(
-    http: httpx.AsyncClient, seeded: Starlette, body: dict[str, Any], sent: str
+    http: httpx2.AsyncClient, seeded: Starlette, body: dict[str, Any], sent: str
 ) -> None:
     info = (await http.post("/register", json=body)).json()
     tokens = await _authorize_and_redeem(http, seeded, info, sent)
@@ -214,7 +214,7 @@ async def test_a_real_client_completes_the_flow_after_registering(
 
 
 async def test_an_omitted_auth_method_gets_a_secret_usable_by_basic_or_in_the_body(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     info = (await http.post("/register", json=BODIES["Python SDK 1.23, no auth method"])).json()
     cid, secret = info["client_id"], info["client_secret"]
@@ -228,7 +228,7 @@ async def test_an_omitted_auth_method_gets_a_secret_usable_by_basic_or_in_the_bo
 
 
 async def test_a_post_registered_client_may_send_its_secret_by_basic(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     body = {**BODIES["Claude Code"], "token_endpoint_auth_method": "client_secret_post"}
     info = (await http.post("/register", json=body)).json()
@@ -250,7 +250,7 @@ async def test_a_post_registered_client_may_send_its_secret_by_basic(
     ],
 )
 async def test_nothing_but_the_loopback_port_is_relaxed(
-    http: httpx.AsyncClient, seeded: Starlette, sent: str
+    http: httpx2.AsyncClient, seeded: Starlette, sent: str
 ) -> None:
     info = (await http.post("/register", json=CURSOR)).json()
     _, challenge = pkce_pair()
@@ -271,7 +271,7 @@ async def test_nothing_but_the_loopback_port_is_relaxed(
     ],
 )
 async def test_a_port_less_loopback_registration_matches_any_port(
-    http: httpx.AsyncClient, seeded: Starlette, registered: str, sent: str
+    http: httpx2.AsyncClient, seeded: Starlette, registered: str, sent: str
 ) -> None:
     body = {**BODIES["Claude Code"], "redirect_uris": [registered]}
     info = (await http.post("/register", json=body)).json()
@@ -283,7 +283,7 @@ async def test_a_port_less_loopback_registration_matches_any_port(
 
 
 async def test_the_consent_page_names_a_private_use_scheme_and_a_self_named_web_address(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     info = (await http.post("/register", json=CURSOR)).json()
     pages = {}
@@ -301,7 +301,7 @@ async def test_the_consent_page_names_a_private_use_scheme_and_a_self_named_web_
 
 
 async def test_an_unknown_client_at_the_token_endpoint_is_a_json_401_invalid_client(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     form = {
         "grant_type": "authorization_code",
@@ -318,7 +318,7 @@ async def test_an_unknown_client_at_the_token_endpoint_is_a_json_401_invalid_cli
 
 
 async def test_an_unknown_client_at_authorize_gets_a_page_that_says_to_reconnect(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     _, challenge = pkce_pair()
     params = authorization_params("pruned-long-ago", challenge)
@@ -342,7 +342,7 @@ def test_port_less_loopback_entries_of_a_metadata_document_match_any_port(
     }
 
     def publish(url: str) -> FetchedResponse:
-        headers = httpx.Headers({"content-type": "application/json"})
+        headers = httpx2.Headers({"content-type": "application/json"})
         return FetchedResponse(url, 200, headers, json.dumps(document).encode())
 
     client = resolve_client_metadata_document(make_settings(), client_id, fetcher=publish)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -30,7 +30,7 @@ def resources(seeded: Starlette) -> Starlette:
     return seeded
 
 
-async def _code(http: httpx.AsyncClient, client_id: str, resource: str | None) -> tuple[str, str]:
+async def _code(http: httpx2.AsyncClient, client_id: str, resource: str | None) -> tuple[str, str]:
     verifier, challenge = pkce_pair()
     params = authorization_params(client_id, challenge, resource=resource)
     response = await sign_in_and_approve(http, params)
@@ -39,8 +39,8 @@ async def _code(http: httpx.AsyncClient, client_id: str, resource: str | None) -
 
 
 async def _token(
-    http: httpx.AsyncClient, client_id: str, code: str, verifier: str, resource: str | None
-) -> httpx.Response:
+    http: httpx2.AsyncClient, client_id: str, code: str, verifier: str, resource: str | None
+) -> httpx2.Response:
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -53,7 +53,7 @@ async def _token(
     return await http.post("/token", data=form)
 
 
-async def _post_pairs(http: httpx.AsyncClient, pairs: list[tuple[str, str]]) -> httpx.Response:
+async def _post_pairs(http: httpx2.AsyncClient, pairs: list[tuple[str, str]]) -> httpx2.Response:
     headers = {"content-type": "application/x-www-form-urlencoded"}
     return await http.post("/token", content=urlencode(pairs), headers=headers)
 
@@ -76,7 +76,7 @@ SPELLINGS = [
 
 @pytest.mark.parametrize(("registered", "sent"), SPELLINGS)
 async def test_a_resource_in_another_spelling_resolves_to_the_registered_one_on_every_leg(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     resources: Starlette,
     public_client: dict[str, Any],
     registered: str,
@@ -102,7 +102,7 @@ async def test_a_resource_in_another_spelling_resolves_to_the_registered_one_on_
 
 
 async def test_a_resource_missing_on_the_token_and_refresh_requests_is_the_grants(
-    http: httpx.AsyncClient, resources: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, resources: Starlette, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await _code(http, cid, "https://mcp.example.com")
@@ -121,7 +121,7 @@ async def test_a_resource_missing_on_the_token_and_refresh_requests_is_the_grant
 
 
 async def test_another_resource_on_the_token_request_is_still_refused(
-    http: httpx.AsyncClient, resources: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, resources: Starlette, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await _code(http, cid, "https://mcp.example.com")
@@ -131,7 +131,7 @@ async def test_another_resource_on_the_token_request_is_still_refused(
 
 
 async def test_a_resource_repeated_with_two_values_is_invalid_request_on_both_endpoints(
-    http: httpx.AsyncClient, resources: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, resources: Starlette, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     _, challenge = pkce_pair()
@@ -157,7 +157,7 @@ async def test_a_resource_repeated_with_two_values_is_invalid_request_on_both_en
 
 
 async def test_the_same_resource_twice_is_one_resource(
-    http: httpx.AsyncClient, resources: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, resources: Starlette, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     verifier, challenge = pkce_pair()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from starlette.applications import Starlette
@@ -26,7 +26,7 @@ def resource_server(seeded: Starlette) -> dict[str, Any]:
 
 
 async def introspect(
-    http: httpx.AsyncClient, rs: dict[str, Any], token: str, **extra: str
+    http: httpx2.AsyncClient, rs: dict[str, Any], token: str, **extra: str
 ) -> dict[str, Any]:
     response = await http.post(
         "/introspect",
@@ -39,7 +39,7 @@ async def introspect(
 
 
 async def test_introspection_describes_an_active_access_token(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
     info = await introspect(http, resource_server, issued["access_token"])
@@ -51,7 +51,7 @@ async def test_introspection_describes_an_active_access_token(
 
 
 async def test_introspection_describes_an_active_refresh_token(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
     info = await introspect(
@@ -63,13 +63,13 @@ async def test_introspection_describes_an_active_refresh_token(
 
 @pytest.mark.parametrize("token", ["garbage", "a.b.c", "x" * 5000, "eyJhbGciOiJub25lIn0.e30."])
 async def test_garbage_is_inactive(
-    http: httpx.AsyncClient, resource_server: dict[str, Any], token: str
+    http: httpx2.AsyncClient, resource_server: dict[str, Any], token: str
 ) -> None:
     assert await introspect(http, resource_server, token) == {"active": False}
 
 
 async def test_an_expired_access_token_is_inactive(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     with freeze_time() as frozen:
         issued = await tokens(http, public_client)
@@ -78,7 +78,7 @@ async def test_an_expired_access_token_is_inactive(
 
 
 async def test_t29_revoking_an_access_token_makes_it_inactive(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
     response = await http.post(
@@ -89,7 +89,7 @@ async def test_t29_revoking_an_access_token_makes_it_inactive(
 
 
 async def test_t29_revoking_a_refresh_token_revokes_its_grant(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     issued = await tokens(http, public_client)
     await http.post(
@@ -102,7 +102,7 @@ async def test_t29_revoking_a_refresh_token_revokes_its_grant(
 
 
 async def test_t1_a_replayed_code_makes_the_first_access_token_inactive(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)
@@ -115,7 +115,7 @@ async def test_t1_a_replayed_code_makes_the_first_access_token_inactive(
 
 
 async def test_revoking_another_clients_token_does_nothing_but_answers_200(
-    http: httpx.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], resource_server: dict[str, Any]
 ) -> None:
     from ..oauth import register_public_client
 
@@ -131,7 +131,7 @@ async def test_revoking_another_clients_token_does_nothing_but_answers_200(
 
 
 async def test_revoking_an_unknown_token_answers_200(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     response = await http.post(
         "/revoke", data={"token": "unknown", "client_id": public_client["client_id"]}
@@ -140,7 +140,7 @@ async def test_revoking_an_unknown_token_answers_200(
 
 
 async def test_revocation_requires_client_authentication(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     response = await http.post("/revoke", data={"token": "x"})
     assert response.status_code == 401
@@ -148,7 +148,7 @@ async def test_revocation_requires_client_authentication(
 
 
 async def test_only_resource_servers_may_introspect(
-    http: httpx.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
 ) -> None:
     bot = admin.add_client(seeded.state.mcpauth, name="Bot", grant_types=["client_credentials"])
     response = await http.post(

@@ -9,7 +9,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -55,7 +55,7 @@ AS_ASKED = [
 
 @pytest.mark.parametrize(("scope", "who", "granted"), AS_ASKED, ids=[a[0] for a in AS_ASKED])
 async def test_each_scope_request_of_the_real_clients_ends_in_a_token(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
     seeded: Starlette,
     scope: str,
@@ -73,7 +73,7 @@ async def test_each_scope_request_of_the_real_clients_ends_in_a_token(
 
 
 async def test_the_granted_scope_is_a_string_even_when_nothing_could_be_granted(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     other = "http://127.0.0.1:8001/mcp"  # a resource with no default scopes
     code, verifier = await get_code(
@@ -85,7 +85,7 @@ async def test_the_granted_scope_is_a_string_even_when_nothing_could_be_granted(
 
 
 async def test_a_scope_of_the_resource_not_yet_granted_still_needs_consent(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     await tokens(http, public_client, scope="mcp:tools")
     _, challenge = pkce_pair()
@@ -103,7 +103,7 @@ async def test_a_scope_of_the_resource_not_yet_granted_still_needs_consent(
 
 
 async def test_the_openid_scopes_are_shown_in_plain_words_on_the_consent_page(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     _, challenge = pkce_pair()
     params = authorization_params(
@@ -122,7 +122,7 @@ async def test_the_openid_scopes_are_shown_in_plain_words_on_the_consent_page(
 
 
 async def test_an_administrators_scope_list_still_refuses_a_resource_scope_outside_it(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     client = admin.add_client(
         seeded.state.mcpauth,
@@ -159,8 +159,8 @@ def offline_app(make_settings: Callable[..., Settings], password_hash: str) -> S
 async def test_offline_access_when_the_operator_offers_it_is_consented_and_listed(
     offline_app: Starlette,
 ) -> None:
-    transport = httpx.ASGITransport(app=offline_app, client=("203.0.113.7", 50000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=offline_app, client=("203.0.113.7", 50000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         meta = (await http.get("/.well-known/oauth-authorization-server")).json()
         assert "offline_access" in meta["scopes_supported"]
         client = await register_public_client(http)
@@ -200,7 +200,7 @@ REFRESH_SCOPES = [
     ("scope", "who", "granted", "in_token"), REFRESH_SCOPES, ids=[r[1] for r in REFRESH_SCOPES]
 )
 async def test_a_refresh_scope_within_the_grant_is_accepted(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
     seeded: Starlette,
     scope: str,
@@ -218,7 +218,7 @@ async def test_a_refresh_scope_within_the_grant_is_accepted(
 
 @pytest.mark.parametrize("scope", ["mcp:tools mcp:admin", "mcp:tools openid", "profile"])
 async def test_a_refresh_never_widens_the_grant(
-    http: httpx.AsyncClient, public_client: dict[str, Any], scope: str
+    http: httpx2.AsyncClient, public_client: dict[str, Any], scope: str
 ) -> None:
     first = await tokens(http, public_client, scope="mcp:tools")
     response = await refresh(http, public_client["client_id"], first["refresh_token"], scope=scope)
@@ -227,7 +227,7 @@ async def test_a_refresh_never_widens_the_grant(
 
 
 async def test_client_credentials_narrows_what_it_cannot_grant(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     bot = admin.add_client(
         seeded.state.mcpauth, name="Bot", grant_types=["client_credentials"], scopes=["mcp:tools"]
@@ -259,7 +259,7 @@ async def test_the_resource_scopes_of_the_server_itself_cannot_be_registered(
 
 
 async def test_a_registration_scope_copied_from_scopes_supported_is_accepted(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     # LibreChat, mcp-remote and others register with the server's scopes_supported, which
     # lists the OpenID scopes now

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -74,8 +74,8 @@ def hooked(make_settings: Callable[..., Settings], step: ProxyHeaderOrCode) -> S
 
 
 async def start(
-    http: httpx.AsyncClient, app: Starlette, **headers: str
-) -> tuple[httpx.Response, str]:
+    http: httpx2.AsyncClient, app: Starlette, **headers: str
+) -> tuple[httpx2.Response, str]:
     client = admin.add_client(
         app.state.mcpauth,
         name="Notes",
@@ -91,14 +91,14 @@ async def start(
 
 
 @pytest.fixture
-async def hooked_http(hooked: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=hooked)
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+async def hooked_http(hooked: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=hooked)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         yield http
 
 
 async def test_a_step_can_sign_in_at_once_from_a_trusted_header(
-    hooked_http: httpx.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
+    hooked_http: httpx2.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
 ) -> None:
     done, _ = await start(hooked_http, hooked, **{"X-Authenticated-User": "dana"})
     assert done.status_code == 303, done.text
@@ -109,7 +109,7 @@ async def test_a_step_can_sign_in_at_once_from_a_trusted_header(
 
 
 async def test_a_steps_own_form_posts_back_to_it(
-    hooked_http: httpx.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
+    hooked_http: httpx2.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
 ) -> None:
     page, _ = await start(hooked_http, hooked)
     assert page.status_code == 200
@@ -127,7 +127,7 @@ async def test_a_steps_own_form_posts_back_to_it(
 
 
 async def test_forged_posts_never_reach_the_step(
-    hooked_http: httpx.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
+    hooked_http: httpx2.AsyncClient, hooked: Starlette, step: ProxyHeaderOrCode
 ) -> None:
     page, _ = await start(hooked_http, hooked)
     form = forms(page.text)[0]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
+import httpx2
 import pytest
 from sqlalchemy import JSON, String, func, select
 from starlette.applications import Starlette
@@ -211,7 +211,7 @@ IDS = [next(iter(members)) + f"-{i}" for i, (members, _, _) in enumerate(METADAT
 
 @pytest.mark.parametrize(("members", "error", "named"), METADATA_CASES, ids=IDS)
 async def test_an_over_long_registration_member_is_refused_and_registers_nothing(
-    seeded: Starlette, http: httpx.AsyncClient, members: dict[str, Any], error: str, named: str
+    seeded: Starlette, http: httpx2.AsyncClient, members: dict[str, Any], error: str, named: str
 ) -> None:
     before = rows(seeded, Client)
     response = await http.post("/register", json=registration(**members))
@@ -223,7 +223,7 @@ async def test_an_over_long_registration_member_is_refused_and_registers_nothing
 
 @pytest.mark.parametrize(("members", "error", "named"), METADATA_CASES, ids=IDS)
 async def test_an_over_long_member_in_an_rfc_7592_update_is_refused_and_changes_nothing(
-    seeded: Starlette, http: httpx.AsyncClient, members: dict[str, Any], error: str, named: str
+    seeded: Starlette, http: httpx2.AsyncClient, members: dict[str, Any], error: str, named: str
 ) -> None:
     client = await register_public_client(http)
     headers = {"Authorization": f"Bearer {client['registration_access_token']}"}
@@ -249,7 +249,7 @@ class Publisher:
         self.document = document
 
     async def __call__(self, url: str, address: str) -> FetchedResponse:
-        headers = httpx.Headers({"content-type": "application/json"})
+        headers = httpx2.Headers({"content-type": "application/json"})
         return FetchedResponse(url, 200, headers, json.dumps(self.document).encode())
 
 
@@ -264,7 +264,7 @@ DOCUMENT_CASES = [
 @pytest.mark.parametrize(("changes", "named"), DOCUMENT_CASES, ids=lambda c: str(c)[:20])
 async def test_an_over_long_metadata_document_member_is_refused_on_a_page_and_stores_nothing(
     seeded: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
     changes: dict[str, Any],
     named: str,
@@ -313,7 +313,7 @@ async def test_an_over_long_metadata_document_member_is_refused_on_a_page_and_st
 async def test_an_over_long_authorization_parameter_is_refused_and_stores_no_interaction(
     public_client: dict[str, Any],
     seeded: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     changes: dict[str, str],
     error: str,
     named: str,
@@ -339,7 +339,7 @@ async def test_an_over_long_authorization_parameter_is_refused_and_stores_no_int
 async def test_an_over_long_sign_in_is_answered_on_the_form_and_counts_nothing(
     public_client: dict[str, Any],
     seeded: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     username: str,
     password: str,
     named: str,
@@ -364,9 +364,9 @@ def idp_app(make_settings: Callable[..., Settings], seeded: Starlette) -> Starle
 
 
 @pytest.fixture
-async def idp_http(idp_app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=idp_app, client=("203.0.113.7", 50000))
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as client:
+async def idp_http(idp_app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=idp_app, client=("203.0.113.7", 50000))
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as client:
         yield client
 
 
@@ -387,7 +387,7 @@ def id_jag(client_id: str, subject: str, jti: str) -> str:
 
 
 async def test_an_id_jag_subject_past_its_limit_is_invalid_grant_and_stores_nothing(
-    idp_app: Starlette, idp_http: httpx.AsyncClient
+    idp_app: Starlette, idp_http: httpx2.AsyncClient
 ) -> None:
     agent = admin.add_client(idp_app.state.mcpauth, name="Agent", grant_types=[JWT_BEARER])
     auth = (agent["client_id"], agent["client_secret"])
@@ -402,7 +402,7 @@ async def test_an_id_jag_subject_past_its_limit_is_invalid_grant_and_stores_noth
 
 
 async def test_an_id_jag_subject_too_long_for_iss_hash_sub_maps_to_one_digested_user(
-    idp_app: Starlette, idp_http: httpx.AsyncClient
+    idp_app: Starlette, idp_http: httpx2.AsyncClient
 ) -> None:
     agent = admin.add_client(idp_app.state.mcpauth, name="Agent", grant_types=[JWT_BEARER])
     auth = (agent["client_id"], agent["client_secret"])
@@ -430,9 +430,9 @@ async def test_an_over_long_forwarded_address_keeps_throttle_and_rate_keys_in_th
     app = create_app(make_settings(trusted_proxies=("203.0.113.7",)), clock=lambda: moment[0])
     admin.add_resource(app.state.mcpauth, RESOURCE, scopes=["a"], default_scopes=["a"])
     bot = admin.add_client(app.state.mcpauth, name="bot", grant_types=["client_credentials"])
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
     forwarded = {"X-Forwarded-For": "f" * 400}  # a proxy that passed the header on unchecked
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         for _ in range(3):  # each request writes the rate counts of the one before
             response = await http.post(
                 "/token",

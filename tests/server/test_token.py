@@ -8,7 +8,7 @@ import asyncio
 import base64
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from freezegun import freeze_time
 from starlette.applications import Starlette
@@ -31,7 +31,7 @@ REDIRECT = "http://127.0.0.1:5555/callback"
 
 
 async def get_code(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     *,
     resource: str | None = RESOURCE,
@@ -65,14 +65,14 @@ def code_form(cid: str, the_code: str, the_verifier: str, **changes: str | None)
 
 
 async def redeem(
-    http: httpx.AsyncClient, cid: str, the_code: str, the_verifier: str, **changes: str | None
-) -> httpx.Response:
+    http: httpx2.AsyncClient, cid: str, the_code: str, the_verifier: str, **changes: str | None
+) -> httpx2.Response:
     return await http.post("/token", data=code_form(cid, the_code, the_verifier, **changes))
 
 
 async def refresh(
-    http: httpx.AsyncClient, client_id: str, token: str, **extra: str
-) -> httpx.Response:
+    http: httpx2.AsyncClient, client_id: str, token: str, **extra: str
+) -> httpx2.Response:
     return await http.post(
         "/token",
         data={
@@ -89,7 +89,7 @@ def claims_of(app: Starlette, access_token: str) -> dict[str, Any]:
     return jwt.verify(access_token, keys, issuer=ISSUER, audience=RESOURCE)
 
 
-async def tokens(http: httpx.AsyncClient, client: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+async def tokens(http: httpx2.AsyncClient, client: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     code, verifier = await get_code(http, client["client_id"], **kwargs)
     response = await redeem(http, client["client_id"], code, verifier)
     assert response.status_code == 200, response.text
@@ -97,7 +97,7 @@ async def tokens(http: httpx.AsyncClient, client: dict[str, Any], **kwargs: Any)
 
 
 async def test_code_exchange_returns_an_rfc9068_token_for_the_resource(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     code, verifier = await get_code(http, public_client["client_id"])
     response = await redeem(http, public_client["client_id"], code, verifier)
@@ -120,7 +120,7 @@ async def test_code_exchange_returns_an_rfc9068_token_for_the_resource(
 
 
 async def test_t1_a_replayed_code_is_refused_and_revokes_the_grant(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)
@@ -135,7 +135,7 @@ async def test_t1_a_replayed_code_is_refused_and_revokes_the_grant(
 
 
 async def test_t1_concurrent_redemptions_have_exactly_one_winner(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)
@@ -144,7 +144,7 @@ async def test_t1_concurrent_redemptions_have_exactly_one_winner(
 
 
 async def test_t2_a_code_is_bound_to_its_client(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     other = await register_public_client(http)
     code, verifier = await get_code(http, public_client["client_id"])
@@ -154,7 +154,7 @@ async def test_t2_a_code_is_bound_to_its_client(
 
 
 async def test_t3_an_expired_code_is_refused(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as frozen:
@@ -180,7 +180,7 @@ async def test_t3_an_expired_code_is_refused(
     ],
 )
 async def test_t4_5_14_code_bindings_are_checked(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
     changes: dict[str, str | None],
     error: str,
@@ -195,7 +195,7 @@ async def test_t4_5_14_code_bindings_are_checked(
 
 
 async def test_resource_may_be_omitted_at_the_token_endpoint(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     code, verifier = await get_code(http, cid)
@@ -205,7 +205,7 @@ async def test_resource_may_be_omitted_at_the_token_endpoint(
 
 
 async def test_t13_refresh_rotates_and_reuse_after_the_grace_kills_the_family(
-    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
+    http: httpx2.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as clock:
@@ -224,7 +224,7 @@ async def test_t13_refresh_rotates_and_reuse_after_the_grace_kills_the_family(
 
 
 async def test_t13_concurrent_refreshes_all_win_within_the_grace_and_die_with_their_family(
-    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
+    http: httpx2.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     cid = public_client["client_id"]
     with freeze_time() as clock:
@@ -242,7 +242,7 @@ async def test_t13_concurrent_refreshes_all_win_within_the_grace_and_die_with_th
 
 
 async def test_t13_scope_may_narrow_but_never_widen(
-    http: httpx.AsyncClient, public_client: dict[str, Any], seeded: Starlette
+    http: httpx2.AsyncClient, public_client: dict[str, Any], seeded: Starlette
 ) -> None:
     cid = public_client["client_id"]
     # a scope of the resource the grant does not hold widens it (another resource's scope,
@@ -268,7 +268,7 @@ async def test_t13_scope_may_narrow_but_never_widen(
     ],
 )
 async def test_a_refused_refresh_keeps_the_refresh_token_usable(
-    http: httpx.AsyncClient, public_client: dict[str, Any], extra: dict[str, str], error: str
+    http: httpx2.AsyncClient, public_client: dict[str, Any], extra: dict[str, str], error: str
 ) -> None:
     cid = public_client["client_id"]
     first = await tokens(http, public_client, scope="mcp:tools")
@@ -282,7 +282,7 @@ async def test_a_refused_refresh_keeps_the_refresh_token_usable(
 
 
 async def test_t13_another_clients_refresh_token_is_invalid_grant(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     other = await register_public_client(http)
     first = await tokens(http, public_client)
@@ -291,7 +291,7 @@ async def test_t13_another_clients_refresh_token_is_invalid_grant(
 
 
 async def test_t14_refresh_for_another_resource_is_invalid_target(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     first = await tokens(http, public_client)
     response = await refresh(
@@ -304,7 +304,7 @@ async def test_t14_refresh_for_another_resource_is_invalid_target(
 
 
 async def test_refresh_tokens_expire_when_idle(
-    http: httpx.AsyncClient, public_client: dict[str, Any], settings: Any
+    http: httpx2.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:
     with freeze_time() as frozen:
         first = await tokens(http, public_client)
@@ -314,7 +314,7 @@ async def test_refresh_tokens_expire_when_idle(
 
 
 async def test_no_refresh_token_for_clients_that_did_not_ask_for_one(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     client = await register_public_client(http, grant_types=["authorization_code"])
     body = await tokens(http, client)
@@ -334,21 +334,21 @@ async def test_no_refresh_token_for_clients_that_did_not_ask_for_one(
     ],
 )
 async def test_t23_unsupported_grants_are_refused(
-    http: httpx.AsyncClient, public_client: dict[str, Any], form: dict[str, str], error: str
+    http: httpx2.AsyncClient, public_client: dict[str, Any], form: dict[str, str], error: str
 ) -> None:
     response = await http.post("/token", data={"client_id": public_client["client_id"], **form})
     assert response.status_code == 400
     assert response.json()["error"] == error
 
 
-async def test_token_requests_must_be_form_encoded(http: httpx.AsyncClient) -> None:
+async def test_token_requests_must_be_form_encoded(http: httpx2.AsyncClient) -> None:
     response = await http.post("/token", json={"grant_type": "authorization_code"})
     assert response.status_code == 415
     assert response.json()["error"] == "invalid_request"
 
 
 async def test_t27_a_repeated_token_parameter_is_invalid_request(
-    http: httpx.AsyncClient, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
     body = (
         "grant_type=refresh_token&refresh_token=a&refresh_token=b&client_id="
@@ -377,7 +377,7 @@ def basic(client_id: str, secret: str) -> dict[str, str]:
 
 
 async def test_confidential_client_authenticates_with_basic(
-    http: httpx.AsyncClient, confidential: dict[str, Any]
+    http: httpx2.AsyncClient, confidential: dict[str, Any]
 ) -> None:
     cid = confidential["client_id"]
     code, verifier = await get_code(http, cid)
@@ -392,7 +392,7 @@ async def test_confidential_client_authenticates_with_basic(
     "how", ["wrong-secret", "no-secret", "unknown-client", "wrong-secret-in-body"]
 )
 async def test_failed_client_authentication_is_401_invalid_client_with_a_challenge(
-    http: httpx.AsyncClient, confidential: dict[str, Any], how: str
+    http: httpx2.AsyncClient, confidential: dict[str, Any], how: str
 ) -> None:
     cid, secret = confidential["client_id"], confidential["client_secret"]
     form = {"grant_type": "refresh_token", "refresh_token": "x"}
@@ -412,7 +412,7 @@ async def test_failed_client_authentication_is_401_invalid_client_with_a_challen
 
 
 async def test_two_authentication_methods_at_once_are_invalid_request(
-    http: httpx.AsyncClient, confidential: dict[str, Any]
+    http: httpx2.AsyncClient, confidential: dict[str, Any]
 ) -> None:
     cid, secret = confidential["client_id"], confidential["client_secret"]
     form = {"grant_type": "refresh_token", "refresh_token": "x", "client_secret": secret}
@@ -421,7 +421,7 @@ async def test_two_authentication_methods_at_once_are_invalid_request(
 
 
 async def test_t19_repeated_bad_secrets_are_throttled_with_retry_after(
-    http: httpx.AsyncClient, confidential: dict[str, Any]
+    http: httpx2.AsyncClient, confidential: dict[str, Any]
 ) -> None:
     cid, secret = confidential["client_id"], confidential["client_secret"]
     form = {"grant_type": "refresh_token", "refresh_token": "x"}

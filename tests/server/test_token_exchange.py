@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -46,13 +46,13 @@ def mcp_server(seeded: Starlette) -> dict[str, Any]:
     )
 
 
-async def caller_token(http: httpx.AsyncClient, public_client: dict[str, Any]) -> dict[str, Any]:
+async def caller_token(http: httpx2.AsyncClient, public_client: dict[str, Any]) -> dict[str, Any]:
     return await tokens(http, public_client)
 
 
 async def exchange(
-    http: httpx.AsyncClient, client: dict[str, Any], subject: str, **form: str
-) -> httpx.Response:
+    http: httpx2.AsyncClient, client: dict[str, Any], subject: str, **form: str
+) -> httpx2.Response:
     data = {
         "grant_type": TOKEN_EXCHANGE,
         "subject_token": subject,
@@ -70,7 +70,7 @@ def verified(app: Starlette, token: str, audience: str) -> dict[str, Any]:
 
 
 async def test_a_server_gets_a_token_for_the_downstream_resource_as_its_caller(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     seeded: Starlette,
     public_client: dict[str, Any],
     mcp_server: dict[str, Any],
@@ -101,7 +101,7 @@ async def test_a_server_gets_a_token_for_the_downstream_resource_as_its_caller(
 
 
 async def test_revoking_the_users_grant_ends_the_exchanged_token_too(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     seeded: Starlette,
     public_client: dict[str, Any],
     mcp_server: dict[str, Any],
@@ -126,7 +126,7 @@ async def test_revoking_the_users_grant_ends_the_exchanged_token_too(
 
 
 async def test_a_client_not_allowed_to_exchange_is_refused(
-    http: httpx.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, public_client: dict[str, Any]
 ) -> None:
     caller = await caller_token(http, public_client)
     bot = admin.add_client(seeded.state.mcpauth, name="bot", grant_types=["client_credentials"])
@@ -136,7 +136,7 @@ async def test_a_client_not_allowed_to_exchange_is_refused(
 
 
 async def test_a_token_for_another_resource_or_another_target_is_refused(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     seeded: Starlette,
     public_client: dict[str, Any],
     mcp_server: dict[str, Any],
@@ -170,7 +170,7 @@ async def test_a_token_for_another_resource_or_another_target_is_refused(
          "actor token", "garbage subject", "no target"],
 )  # fmt: skip
 async def test_each_bad_request_gets_the_rfcs_error(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     public_client: dict[str, Any],
     mcp_server: dict[str, Any],
     changes: dict[str, str],
@@ -183,7 +183,7 @@ async def test_each_bad_request_gets_the_rfcs_error(
 
 
 async def test_scopes_an_exchange_cannot_grant_are_narrowed_away(
-    http: httpx.AsyncClient, public_client: dict[str, Any], mcp_server: dict[str, Any]
+    http: httpx2.AsyncClient, public_client: dict[str, Any], mcp_server: dict[str, Any]
 ) -> None:
     # (these were invalid_scope before: the target's unknown scopes and offline_access are
     # now dropped as at the authorization endpoint; an exchanged token has no refresh token)
@@ -197,7 +197,7 @@ async def test_scopes_an_exchange_cannot_grant_are_narrowed_away(
 
 
 async def test_exchange_rights_are_the_operators_to_give(
-    http: httpx.AsyncClient, seeded: Starlette
+    http: httpx2.AsyncClient, seeded: Starlette
 ) -> None:
     body = {
         "client_name": "x",
@@ -215,7 +215,7 @@ async def test_exchange_rights_are_the_operators_to_give(
 
 
 async def test_a_tool_behind_the_middleware_gets_a_downstream_token_in_one_call(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     seeded: Starlette,
     public_client: dict[str, Any],
     mcp_server: dict[str, Any],
@@ -242,8 +242,8 @@ async def test_a_tool_behind_the_middleware_gets_a_downstream_token_in_one_call(
         verifier=JWTVerifier(ISSUER, RESOURCE, http=http),
     )
     caller = await caller_token(http, public_client)
-    transport = httpx.ASGITransport(app=protected)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as mcp:
+    transport = httpx2.ASGITransport(app=protected)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as mcp:
         headers = {"Authorization": f"Bearer {caller['access_token']}"}
         first = await mcp.post("/mcp", json={}, headers=headers)
         second = await mcp.post("/mcp", json={}, headers=headers)

@@ -8,7 +8,7 @@ import base64
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 
@@ -37,7 +37,7 @@ def basic(client_id: str, secret: str) -> dict[str, str]:
 
 
 async def test_a_declared_body_over_the_limit_is_413_without_reading_it(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     response = await http.post(
         "/token", content=b"", headers={"content-type": FORM, "content-length": "999999999"}
@@ -47,7 +47,7 @@ async def test_a_declared_body_over_the_limit_is_413_without_reading_it(
     assert response.headers["cache-control"] == "no-store"
 
 
-async def test_a_streamed_body_over_the_limit_is_413(http: httpx.AsyncClient) -> None:
+async def test_a_streamed_body_over_the_limit_is_413(http: httpx2.AsyncClient) -> None:
     async def chunks() -> AsyncIterator[bytes]:
         for _ in range(80):  # 80 KiB, no Content-Length
             yield b"a" * 1024
@@ -98,7 +98,7 @@ async def test_a_client_that_disconnects_mid_body_gets_nothing_and_logs_nothing(
     ids=["id-not-utf8", "secret-not-utf8", "no-colon"],
 )
 async def test_malformed_basic_credentials_are_401_invalid_client(
-    http: httpx.AsyncClient, credentials: bytes
+    http: httpx2.AsyncClient, credentials: bytes
 ) -> None:
     header = "Basic " + base64.b64encode(credentials).decode()
     response = await http.post(
@@ -109,7 +109,7 @@ async def test_malformed_basic_credentials_are_401_invalid_client(
 
 
 async def test_cached_requests_skip_the_worker_thread_and_answer_alike(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     seeded: Starlette,
     bot: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
@@ -136,7 +136,7 @@ async def test_cached_requests_skip_the_worker_thread_and_answer_alike(
 
 
 async def test_a_wrong_secret_is_never_answered_on_the_event_loop(
-    http: httpx.AsyncClient, seeded: Starlette, bot: dict[str, Any]
+    http: httpx2.AsyncClient, seeded: Starlette, bot: dict[str, Any]
 ) -> None:
     ctx = seeded.state.mcpauth
     right = basic(bot["client_id"], bot["client_secret"])["Authorization"]

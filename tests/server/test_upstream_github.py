@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from sqlalchemy import select
@@ -123,20 +122,20 @@ def app(make_app: Callable[..., Starlette]) -> Starlette:
 
 
 @pytest.fixture
-async def at_github(standin: StandIn) -> AsyncIterator[httpx.AsyncClient]:
+async def at_github(standin: StandIn) -> AsyncIterator[httpx2.AsyncClient]:
     """The person's browser at the stand-in (any host: github.com, api.github.com, forge)."""
-    transport = httpx.ASGITransport(app=standin_app(standin))
-    async with httpx.AsyncClient(transport=transport) as browser:
+    transport = httpx2.ASGITransport(app=standin_app(standin))
+    async with httpx2.AsyncClient(transport=transport) as browser:
         yield browser
 
 
 @pytest.fixture
-async def client_id(http: httpx.AsyncClient) -> str:
+async def client_id(http: httpx2.AsyncClient) -> str:
     return str((await register_public_client(http, APP_REDIRECT))["client_id"])
 
 
 async def authorize_there(
-    browser: httpx.AsyncClient, url: str, login: str = "octocat", *, allow: bool = True
+    browser: httpx2.AsyncClient, url: str, login: str = "octocat", *, allow: bool = True
 ) -> str:
     """The person chooses an account on the provider's page and authorizes (or cancels): the
     URL the provider sends the browser back to."""
@@ -148,15 +147,15 @@ async def authorize_there(
 
 
 async def sign_in(
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
     login: str = "octocat",
     *,
     provider: str = "github",
     allow: bool = True,
     challenge: str | None = None,
-) -> httpx.Response:
+) -> httpx2.Response:
     """Press the provider's button, act there, come back: mcpauth's answer to the callback."""
     page = await sign_in_page(http, client_id, challenge)
     started = await press(http, page, provider)
@@ -171,8 +170,8 @@ def identities(app: Starlette) -> list[UpstreamIdentity]:
 
 async def test_github_sign_in_sends_pkce_and_no_nonce_and_keys_the_account_by_github_id(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
     standin: StandIn,
     caplog: pytest.LogCaptureFixture,
@@ -215,8 +214,8 @@ async def test_github_sign_in_sends_pkce_and_no_nonce_and_keys_the_account_by_gi
 
 async def test_a_renamed_login_is_the_same_account_and_an_email_never_links_two(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
     standin: StandIn,
 ) -> None:
@@ -238,8 +237,8 @@ async def test_a_renamed_login_is_the_same_account_and_an_email_never_links_two(
 
 async def test_an_unverified_primary_email_is_refused_where_a_domain_is_required(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
 ) -> None:
     """hubot's primary address is at example.com but unverified; a verified secondary address
@@ -252,7 +251,7 @@ async def test_an_unverified_primary_email_is_refused_where_a_domain_is_required
 
 async def test_without_a_domain_policy_unverified_or_unreadable_emails_are_kept_unverified(
     make_app: Callable[..., Starlette],
-    at_github: httpx.AsyncClient,
+    at_github: httpx2.AsyncClient,
     standin: StandIn,
 ) -> None:
     app = make_app()
@@ -287,8 +286,8 @@ class _ForgetsTokens(dict[str, str]):
 )  # fmt: skip
 async def test_a_failing_or_refusing_github_is_a_plain_page_and_nothing_is_stored(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
     standin: StandIn,
     breakage: str,
@@ -318,8 +317,8 @@ async def test_a_failing_or_refusing_github_is_a_plain_page_and_nothing_is_store
 
 async def test_a_github_answer_delivered_at_the_forge_callback_is_refused(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
 ) -> None:
     """Mix-up across plain OAuth providers: the callback path names the provider the state was
@@ -335,8 +334,8 @@ async def test_a_github_answer_delivered_at_the_forge_callback_is_refused(
 
 async def test_a_generic_oauth2_provider_maps_its_user_api_to_the_account(
     app: Starlette,
-    http: httpx.AsyncClient,
-    at_github: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
+    at_github: httpx2.AsyncClient,
     client_id: str,
     standin: StandIn,
 ) -> None:
@@ -460,7 +459,7 @@ async def test_idps_list_names_the_kind_and_endpoints_and_fetches_no_discovery(
 
 async def test_kept_github_app_tokens_are_refreshed_at_the_configured_token_endpoint(
     make_app: Callable[..., Starlette],
-    at_github: httpx.AsyncClient,
+    at_github: httpx2.AsyncClient,
     standin: StandIn,
     clock: Clock,  # noqa: F811
 ) -> None:
@@ -481,7 +480,7 @@ async def test_kept_github_app_tokens_are_refreshed_at_the_configured_token_endp
         consent = await follow(http, back)
         subject = (await approve_and_redeem(http, consent, client, verifier))["access_token"]
 
-        async def exchange() -> httpx.Response:
+        async def exchange() -> httpx2.Response:
             return await http.post(
                 "/token",
                 data={"grant_type": TOKEN_EXCHANGE, "subject_token": subject,

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode, urljoin
 
-import httpx
 import httpx2
 import jwt as pyjwt
 import pytest
@@ -126,20 +125,20 @@ def app(make_app: Callable[..., Starlette]) -> Starlette:
     return make_app(policy={"allowed_email_domains": ["example.com"]})
 
 
-async def browser_for(app: Starlette) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 50000))
-    return httpx.AsyncClient(transport=transport, base_url=ISSUER)
+async def browser_for(app: Starlette) -> httpx2.AsyncClient:
+    transport = httpx2.ASGITransport(app=app, client=("203.0.113.7", 50000))
+    return httpx2.AsyncClient(transport=transport, base_url=ISSUER)
 
 
 @pytest.fixture
-async def client_id(http: httpx.AsyncClient) -> str:
+async def client_id(http: httpx2.AsyncClient) -> str:
     response = await register_public_client(http, APP_REDIRECT)
     return str(response["client_id"])
 
 
 async def sign_in_page(
-    http: httpx.AsyncClient, client_id: str, challenge: str | None = None
-) -> httpx.Response:
+    http: httpx2.AsyncClient, client_id: str, challenge: str | None = None
+) -> httpx2.Response:
     params = authorization_params(client_id, challenge or pkce_pair()[1], resource=RESOURCE)
     page = await follow(http, await http.get("/authorize?" + urlencode(params)))
     assert page.status_code == 200, page.text
@@ -147,14 +146,14 @@ async def sign_in_page(
 
 
 async def press(
-    http: httpx.AsyncClient, page: httpx.Response, provider: str = "idp"
-) -> httpx.Response:
+    http: httpx2.AsyncClient, page: httpx2.Response, provider: str = "idp"
+) -> httpx2.Response:
     """Press a provider's button on a sign-in page."""
     button = next(f for f in forms(page.text) if f.action.endswith(f"/upstream/{provider}/login"))
     return await http.post(urljoin(str(page.url), button.action), data=button.fields)
 
 
-async def start(http: httpx.AsyncClient, client_id: str, provider: str = "idp") -> tuple[str, str]:
+async def start(http: httpx2.AsyncClient, client_id: str, provider: str = "idp") -> tuple[str, str]:
     """The interaction page's URL and the authorization URL the button sends the browser to."""
     page = await sign_in_page(http, client_id)
     response = await press(http, page, provider)
@@ -163,14 +162,14 @@ async def start(http: httpx.AsyncClient, client_id: str, provider: str = "idp") 
 
 
 async def come_back(
-    http: httpx.AsyncClient, params: dict[str, str], provider: str = "idp"
-) -> httpx.Response:
+    http: httpx2.AsyncClient, params: dict[str, str], provider: str = "idp"
+) -> httpx2.Response:
     return await http.get(f"/upstream/{provider}/callback?" + urlencode(params))
 
 
 async def approve_and_redeem(
-    http: httpx.AsyncClient,
-    consent: httpx.Response,
+    http: httpx2.AsyncClient,
+    consent: httpx2.Response,
     client_id: str,
     verifier: str,
     resource: str = RESOURCE,
@@ -204,7 +203,7 @@ def counts(app: Starlette) -> dict[str, int]:
 
 
 def refused(
-    response: httpx.Response, status: int, words: str, back: str | None, code: str | None = None
+    response: httpx2.Response, status: int, words: str, back: str | None, code: str | None = None
 ) -> None:
     """A plain page (never a redirect), the words, the way back to the sign-in page, and the
     error code it shows for support."""
@@ -224,7 +223,7 @@ def refused(
 
 
 async def test_the_button_sends_the_browser_to_the_provider_with_pkce_nonce_and_bound_state(
-    app: Starlette, http: httpx.AsyncClient, client_id: str
+    app: Starlette, http: httpx2.AsyncClient, client_id: str
 ) -> None:
     page = await sign_in_page(http, client_id)
     assert "Continue with Example IdP" in page.text
@@ -250,7 +249,7 @@ async def test_the_button_sends_the_browser_to_the_provider_with_pkce_nonce_and_
 
 
 async def test_first_sign_in_provisions_an_account_then_consent_gives_a_code_for_its_sub(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     verifier, challenge = pkce_pair()
     page = await sign_in_page(http, client_id, challenge)
@@ -284,7 +283,7 @@ async def test_first_sign_in_provisions_an_account_then_consent_gives_a_code_for
 
 
 async def test_the_next_sign_in_reaches_the_same_account_with_fresh_claims(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     _, url = await start(http, client_id)
     assert (await come_back(http, idp.approve(url))).status_code == 303
@@ -302,7 +301,7 @@ async def test_the_next_sign_in_reaches_the_same_account_with_fresh_claims(
 
 async def test_accounts_are_never_linked_by_email(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     password_hash: str,
@@ -323,7 +322,7 @@ async def test_accounts_are_never_linked_by_email(
 
 
 async def test_a_passwordless_account_of_the_same_subject_is_the_same_person(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     """The jwt-bearer grant names an ID-JAG subject's account issuer#subject too."""
     ctx = app.state.mcpauth
@@ -359,7 +358,7 @@ def test_an_account_name_fits_its_column_for_any_subject_of_the_longest_issuer(
 
 
 async def test_a_local_account_with_a_password_holding_the_name_is_not_linked(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider, password_hash: str
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider, password_hash: str
 ) -> None:
     add_user(app, "https://idp.example#alice-0001", password_hash)
     interaction, url = await start(http, client_id)
@@ -368,7 +367,7 @@ async def test_a_local_account_with_a_password_holding_the_name_is_not_linked(
 
 
 async def test_the_account_page_signs_in_through_a_provider_too(
-    app: Starlette, http: httpx.AsyncClient, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, idp: FakeProvider
 ) -> None:
     page = await http.get("/account")
     response = await press(http, page)
@@ -409,7 +408,7 @@ def test_local_accounts_off_needs_a_provider(make_settings: Callable[..., Settin
 
 
 async def test_the_button_needs_its_csrf_token_and_this_site(
-    app: Starlette, http: httpx.AsyncClient, client_id: str
+    app: Starlette, http: httpx2.AsyncClient, client_id: str
 ) -> None:
     page = await sign_in_page(http, client_id)
     action = str(page.url) + "/upstream/idp/login"
@@ -435,7 +434,7 @@ async def test_pressing_a_provider_button_counts_with_the_sign_in_rate_limit(
 
 
 async def test_unknown_providers_are_not_found(
-    app: Starlette, http: httpx.AsyncClient, client_id: str
+    app: Starlette, http: httpx2.AsyncClient, client_id: str
 ) -> None:
     page = await sign_in_page(http, client_id)
     assert (await http.post(str(page.url) + "/upstream/nobody/login", data={})).status_code == 404
@@ -445,7 +444,7 @@ async def test_unknown_providers_are_not_found(
 
 
 async def test_a_provider_that_is_down_at_the_button_is_a_page_and_nothing_is_stored(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     async def down(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ConnectError("connection refused", request=request)
@@ -468,7 +467,7 @@ async def test_a_provider_that_is_down_at_the_button_is_a_page_and_nothing_is_st
 )
 async def test_unusable_provider_configuration_is_refused(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     change: dict[str, Any],
@@ -484,7 +483,7 @@ async def test_unusable_provider_configuration_is_refused(
 
 
 async def test_a_forged_state_is_refused(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     interaction, url = await start(http, client_id)
     params = idp.approve(url)
@@ -505,7 +504,7 @@ async def test_a_forged_state_is_refused(
 
 
 async def test_a_callback_is_used_once(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     interaction, url = await start(http, client_id)
     params = idp.approve(url)
@@ -514,7 +513,7 @@ async def test_a_callback_is_used_once(
 
 
 async def test_an_expired_sign_in_is_refused(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider, clock: Clock
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider, clock: Clock
 ) -> None:
     interaction, url = await start(http, client_id)
     params = idp.approve(url)
@@ -525,7 +524,7 @@ async def test_an_expired_sign_in_is_refused(
 
 
 async def test_a_response_brought_to_another_browser_is_refused(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     """Login CSRF: someone else's callback URL, opened in the victim's browser."""
     interaction, url = await start(http, client_id)
@@ -537,7 +536,7 @@ async def test_a_response_brought_to_another_browser_is_refused(
 
 async def test_mix_up_a_response_for_one_provider_at_the_other_s_callback_is_refused(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     other_idp: FakeProvider,
@@ -559,7 +558,7 @@ async def test_mix_up_a_response_for_one_provider_at_the_other_s_callback_is_ref
 
 @pytest.mark.parametrize("iss", ["https://other-idp.example", "https://idp.example/", None])
 async def test_rfc9207_iss_must_be_the_provider_s(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider, iss: str | None
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider, iss: str | None
 ) -> None:
     interaction, url = await start(http, client_id)
     params = {k: v for k, v in {**idp.approve(url), "iss": iss}.items() if v is not None}
@@ -568,7 +567,7 @@ async def test_rfc9207_iss_must_be_the_provider_s(
 
 
 async def test_without_rfc9207_support_a_response_without_iss_is_accepted(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     idp.metadata["authorization_response_iss_parameter_supported"] = False
     _, url = await start(http, client_id)
@@ -587,7 +586,7 @@ async def test_without_rfc9207_support_a_response_without_iss_is_accepted(
 )
 async def test_upstream_errors_and_cancellations_are_pages_in_plain_words(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     error: str,
@@ -606,7 +605,7 @@ async def test_upstream_errors_and_cancellations_are_pages_in_plain_words(
 
 
 async def test_a_response_without_a_code_is_refused(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider
 ) -> None:
     interaction, url = await start(http, client_id)
     params = idp.approve(url)
@@ -639,7 +638,7 @@ async def json_response(status: int, body: Any) -> httpx2.Response:
 )
 async def test_a_token_endpoint_that_misbehaves_signs_nobody_in(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     answer: Callable[[httpx2.Request], Any],
@@ -688,7 +687,7 @@ async def test_a_provider_that_hangs_is_given_up_on_at_the_deadline(
 )
 async def test_a_bad_id_token_signs_nobody_in(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     claims: dict[str, Any],
@@ -714,7 +713,7 @@ async def test_rotated_provider_keys_are_fetched_again_but_not_at_every_unknown_
 ) -> None:
     from joserfc.jwk import RSAKey
 
-    async def sign_in() -> httpx.Response:
+    async def sign_in() -> httpx2.Response:
         async with await browser_for(app) as browser:
             _, url = await start(browser, client_id)
             return await come_back(browser, idp.approve(url))
@@ -796,7 +795,7 @@ async def test_required_claims_let_the_right_people_in(
 
 
 async def test_pending_sign_ins_are_pruned_and_identities_go_with_their_account(
-    app: Starlette, http: httpx.AsyncClient, client_id: str, idp: FakeProvider, clock: Clock
+    app: Starlette, http: httpx2.AsyncClient, client_id: str, idp: FakeProvider, clock: Clock
 ) -> None:
     ctx = app.state.mcpauth
     _, url = await start(http, client_id)
@@ -813,7 +812,7 @@ async def test_pending_sign_ins_are_pruned_and_identities_go_with_their_account(
 
 async def test_no_secret_code_or_token_reaches_the_logs(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,
     idp: FakeProvider,
     caplog: pytest.LogCaptureFixture,
@@ -826,8 +825,8 @@ async def test_no_secret_code_or_token_reaches_the_logs(
     async with await browser_for(app) as browser:
         _, url = await start(browser, client_id)
         await come_back(browser, idp.approve(url))
-    # every record but the test client's own (the "httpx" logger: the browser's requests)
-    logged = "".join(str(r.__dict__) for r in caplog.records if r.name != "httpx")
+    # every record but the test client's own (the "httpx2" logger: the browser's requests)
+    logged = "".join(str(r.__dict__) for r in caplog.records if r.name != "httpx2")
     assert "upstream.login.success" in logged
     assert "upstream.refused" in logged
     for secret in (

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import httpx2
 import jwt as pyjwt
 import pytest
@@ -67,7 +66,7 @@ def mcp_server(app: Starlette) -> dict[str, Any]:
     )
 
 
-async def signed_in(http: httpx.AsyncClient, client_id: str, idp: FakeProvider) -> str:  # noqa: F811
+async def signed_in(http: httpx2.AsyncClient, client_id: str, idp: FakeProvider) -> str:  # noqa: F811
     """Sign in through the provider, approve, redeem: the MCP access token."""
     verifier, challenge = pkce_pair()
     page = await sign_in_page(http, client_id, challenge)
@@ -77,8 +76,8 @@ async def signed_in(http: httpx.AsyncClient, client_id: str, idp: FakeProvider) 
 
 
 async def exchange(
-    http: httpx.AsyncClient, server: dict[str, Any], subject: str, audience: str = "idp"
-) -> httpx.Response:
+    http: httpx2.AsyncClient, server: dict[str, Any], subject: str, audience: str = "idp"
+) -> httpx2.Response:
     return await http.post(
         "/token",
         data={
@@ -96,7 +95,7 @@ def rows(app: Starlette) -> list[UpstreamToken]:
 
 async def test_the_tokens_are_sealed_and_exchanged_for_the_caller(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     mcp_server: dict[str, Any],
@@ -121,7 +120,7 @@ async def test_the_tokens_are_sealed_and_exchanged_for_the_caller(
 
 async def test_an_expired_token_is_refreshed_and_a_refused_refresh_deletes_it(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
@@ -144,7 +143,7 @@ async def test_an_expired_token_is_refreshed_and_a_refused_refresh_deletes_it(
 
 async def test_only_listed_resources_and_providers_that_keep_tokens_get_them(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     mcp_server: dict[str, Any],
@@ -158,7 +157,7 @@ async def test_only_listed_resources_and_providers_that_keep_tokens_get_them(
 
 
 async def test_the_middleware_s_exchanger_gets_the_caller_s_upstream_token_in_one_call(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     mcp_server: dict[str, Any],
@@ -168,10 +167,10 @@ async def test_the_middleware_s_exchanger_gets_the_caller_s_upstream_token_in_on
     subject = await signed_in(http, client_id, idp)
     sent: list[str] = []
 
-    async def count(request: httpx.Request) -> None:
+    async def count(request: httpx2.Request) -> None:
         sent.append(request.url.path)
 
-    counted = httpx.AsyncClient(
+    counted = httpx2.AsyncClient(
         transport=http._transport, base_url=ISSUER, event_hooks={"request": [count]}
     )
     exchanger = TokenExchanger(
@@ -195,7 +194,7 @@ async def test_the_middleware_s_exchanger_gets_the_caller_s_upstream_token_in_on
 
 async def test_revoking_the_application_or_removing_the_account_deletes_them(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     mcp_server: dict[str, Any],
@@ -209,8 +208,8 @@ async def test_revoking_the_application_or_removing_the_account_deletes_them(
     again = await exchange(http, mcp_server, subject)
     assert again.status_code == 400  # the subject token died with its grant
     # a second sign-in (another browser) keeps new tokens; removing the account deletes them
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url=str(http.base_url)) as browser:
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url=str(http.base_url)) as browser:
         await signed_in(browser, client_id, idp)
     (row,) = rows(app)
     ctx = app.state.mcpauth
@@ -230,7 +229,7 @@ def test_release_to_needs_keep_tokens() -> None:
 
 async def test_a_refresh_refused_for_another_reason_keeps_the_tokens(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
@@ -255,7 +254,7 @@ async def test_a_refresh_refused_for_another_reason_keeps_the_tokens(
 
 async def test_a_refresh_that_lost_a_race_returns_what_the_winner_kept(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
@@ -297,7 +296,7 @@ async def test_a_refresh_that_lost_a_race_returns_what_the_winner_kept(
 
 async def test_tokens_deleted_while_a_refresh_runs_stay_deleted(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     clock: Clock,  # noqa: F811
@@ -324,7 +323,7 @@ async def test_tokens_deleted_while_a_refresh_runs_stay_deleted(
 
 async def test_a_machine_s_token_has_no_upstream_token_and_none_outlives_the_caller_s(
     app: Starlette,
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     client_id: str,  # noqa: F811
     idp: FakeProvider,  # noqa: F811
     mcp_server: dict[str, Any],

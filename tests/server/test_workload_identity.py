@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+import httpx2
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -76,9 +76,9 @@ class Workloads:
         ]  # fmt: skip
         self.app = create_app(make_settings(workloads=rules))
 
-    async def token(self, headers: dict[str, str] | None = None, **form: str) -> httpx.Response:
-        transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    async def token(self, headers: dict[str, str] | None = None, **form: str) -> httpx2.Response:
+        transport = httpx2.ASGITransport(app=self.app)
+        async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             return await http.post(
                 "/token", data={"grant_type": JWT_BEARER, **form}, headers=headers or {}
             )
@@ -114,8 +114,8 @@ async def test_the_token_endpoint_is_an_audience_and_the_grant_is_advertised(
 ) -> None:
     response = await workloads.token(assertion=platform_token(aud=f"{ISSUER}/token"))
     assert response.status_code == 200, response.text
-    transport = httpx.ASGITransport(app=workloads.app)
-    async with httpx.AsyncClient(transport=transport, base_url=ISSUER) as http:
+    transport = httpx2.ASGITransport(app=workloads.app)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
         metadata = (await http.get("/.well-known/oauth-authorization-server")).json()
     assert JWT_BEARER in metadata["grant_types_supported"]
 

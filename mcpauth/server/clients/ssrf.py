@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpcore
-import httpx
+import httpx2
 
 from mcpauth.errors import FetchError as FetchError  # one FetchError; imported from here too
 from mcpauth.server.outbound import ProxyRoute
@@ -68,7 +68,7 @@ class FetchedResponse:
 
     url: str
     status_code: int
-    headers: httpx.Headers
+    headers: httpx2.Headers
     content: bytes
 
 
@@ -356,7 +356,7 @@ def _host_set(hosts: Iterable[str]) -> frozenset[str]:
 
 
 async def _read_capped(
-    chunks: AsyncIterable[bytes], headers: httpx.Headers, url: str, max_bytes: int
+    chunks: AsyncIterable[bytes], headers: httpx2.Headers, url: str, max_bytes: int
 ) -> bytes:
     """The body, refused past ``max_bytes`` without reading the rest (CIMD-00 §6.6)."""
     declared = headers.get("content-length", "")
@@ -370,7 +370,7 @@ async def _read_capped(
     return bytes(body)
 
 
-def _check_response(status: int, headers: httpx.Headers, url: str) -> None:
+def _check_response(status: int, headers: httpx2.Headers, url: str) -> None:
     if 300 <= status < 400:
         # CIMD-00 §4 and docs/security.md T21: redirects are never followed
         target = headers.get("location", "elsewhere")
@@ -410,7 +410,7 @@ class SafeFetcher:
         self.allow_hosts = _host_set(allow_hosts) - self.deny_hosts
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self.ssl_context = ssl_context or httpx.create_ssl_context(trust_env=False)
+        self.ssl_context = ssl_context or httpx2.create_ssl_context(trust_env=False)
 
     async def aget(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
         """Fetch ``url`` once, within ``timeout`` seconds in total, on the running event loop
@@ -447,7 +447,7 @@ class SafeFetcher:
     async def _exchange(
         self,
         url: str,
-        target: httpx.URL,
+        target: httpx2.URL,
         accept: str,
         backend: _GuardedBackend | _ProxyBackend,
     ) -> FetchedResponse:
@@ -461,7 +461,7 @@ class SafeFetcher:
         async with pool:
             with _mapped(url, self.timeout):
                 async with pool.stream("GET", request_url, headers=headers) as response:
-                    received = httpx.Headers(response.headers)
+                    received = httpx2.Headers(response.headers)
                     _check_response(response.status, received, url)
                     content = await _read_capped(
                         response.aiter_stream(), received, url, self.max_bytes
@@ -492,10 +492,10 @@ class SafeFetcher:
 
     __call__ = get
 
-    def _check_url(self, url: str) -> httpx.URL:
+    def _check_url(self, url: str) -> httpx2.URL:
         try:
-            target = httpx.URL(url)
-        except (httpx.InvalidURL, TypeError) as exc:
+            target = httpx2.URL(url)
+        except (httpx2.InvalidURL, TypeError) as exc:
             raise FetchError(f"{url!r} is not a valid URL: {exc}") from exc
         if target.scheme != "https":
             # AS-14 / T21: https only, refused before any connection

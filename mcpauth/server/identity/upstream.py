@@ -1,4 +1,4 @@
-"""Upstream providers, the client side (Authlib's httpx client): each OpenID provider's
+"""Upstream providers, the client side (Authlib's client, over httpx2): each OpenID provider's
 configuration from OpenID discovery and its signing keys, cached; the authorization request
 with ``state``, ``nonce`` and PKCE (S256); the code exchanged at the token endpoint for an ID
 token that :mod:`~mcpauth.server.identity.id_tokens` validates. A plain OAuth 2.0 provider

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
@@ -54,7 +53,7 @@ async def identity_through(url: str, auth: httpx2.Auth) -> str:
 
 async def copied_without_key(url: str, token: str) -> list[int]:
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         return [
             (
                 await http.post(url, json=ping, headers={"Authorization": f"{scheme} {token}"})

@@ -12,7 +12,6 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -101,7 +100,7 @@ async def test_required_dpop_with_nonces_across_two_proxy_replicas(
         )
         return {**ACCEPT, "Authorization": f"DPoP {bound_to}", "DPoP": proof}
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         # a nonce the first replica hands out is good at the second: nothing is shared but the key
         asked = await http.post(resource, json=INITIALIZE, headers=headers(None))
         assert asked.status_code == 401

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from mcpauth import jwt
@@ -45,7 +45,7 @@ async def test_the_proxy_protects_an_http_upstream_and_streams_sse(
     assert counted == "counted 5"
     assert isinstance(refused, Exception)
     assert any(status == 403 for status, _ in statuses)
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         anonymous = await client.post(proxy.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert anonymous.status_code == 401
 
@@ -55,7 +55,7 @@ async def test_a_dead_upstream_gives_502_through_the_real_proxy(
 ) -> None:
     proxy = start_proxy(spawn, issuer, "--upstream", "http://127.0.0.1:9/mcp")
     token = mint(signing_key[0], issuer, proxy.url)
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         response = await client.post(
             proxy.url,
             json={"jsonrpc": "2.0", "id": 1, "method": "ping"},

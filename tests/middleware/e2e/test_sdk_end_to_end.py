@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
@@ -115,7 +114,7 @@ async def test_without_a_token_the_sdk_server_answers_401_and_publishes_metadata
     servers: tuple[str, str],
 ) -> None:
     issuer, url = servers
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         refused = await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         prm = await client.get(url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"))
     assert refused.status_code == 401
@@ -143,7 +142,7 @@ async def test_a_session_opened_by_alice_is_refused_to_mallory_end_to_end(
         },
     }
     accept = {"Accept": "application/json, text/event-stream"}
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         opened = await client.post(
             url, json=init, headers={**accept, "Authorization": f"Bearer {alice}"}
         )
