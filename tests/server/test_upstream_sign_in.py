@@ -602,7 +602,8 @@ async def test_upstream_errors_and_cancellations_are_pages_in_plain_words(
     assert "alert(1)" not in response.text
     # the provider's words never reach the page (the interaction id in a link is random hex,
     # so look for the phrase, not for its digits alone)
-    assert "+1-555" not in response.text and "for help" not in response.text
+    assert "+1-555" not in response.text
+    assert "for help" not in response.text
     assert counts(app) == {"users": 0, "upstream_identities": 0, "upstream_logins": 0}
 
 
