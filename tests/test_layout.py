@@ -90,9 +90,10 @@ def test_the_architecture_document_names_nothing_that_is_gone() -> None:
 
 
 # Which server packages each one may import (besides itself and the shared top-level modules
-# config, context, crypto, threads, http_io, outbound); docs/architecture.md explains the
-# direction.
-SHARED = {"config", "context", "crypto", "threads", "http_io", "outbound"}
+# config, crypto, threads, http_io, outbound); docs/architecture.md explains the direction.
+# There is no exception: the shared modules import no domain package, and the object every
+# request reads is built by the composition root (context.py), which no domain imports.
+SHARED = {"config", "crypto", "threads", "http_io", "outbound"}
 ALLOWED = {
     "storage": set(),
     "operations": {"storage"},
@@ -102,20 +103,38 @@ ALLOWED = {
     "authorization": {"storage", "operations", "identity", "clients", "browser"},
     "tokens": {"storage", "operations", "identity", "clients", "authorization"},
 }
+# Who may import the composition root: the app it assembles, the admin API and discovery
+# (which read the whole of it) and the command line.
+COMPOSITION_ROOT = "mcpauth.server.context"
+ASSEMBLERS = {"mcpauth.server.app", "mcpauth.server.admin", "mcpauth.server.discovery"}
+
+
+def _imports(path: Path, name: str | None = None) -> set[str]:
+    """The dotted names the module at ``path`` (named ``name``) imports, in any function and
+    under ``if TYPE_CHECKING:`` too (``from a import b`` is ``a.b``, a module or a name in
+    ``a``)."""
+    name = name or _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return {
+        imported
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for imported in _imported_names(node, package)
+    }
+
+
+def _below_server(imports: set[str]) -> set[str]:
+    """The first names below ``mcpauth.server`` among ``imports``."""
+    return {
+        parts[2]
+        for imported in imports
+        if (parts := imported.split("."))[:2] == ["mcpauth", "server"] and len(parts) > 2
+    }
 
 
 def _server_imports(path: Path) -> set[str]:
     """The first names below ``mcpauth.server`` that a module imports."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            parts = node.module.split(".")
-            if parts[:2] == ["mcpauth", "server"]:
-                if len(parts) > 2:
-                    found.add(parts[2])
-                else:
-                    found.update(alias.name for alias in node.names)
-    return found
+    return _below_server(_imports(path))
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -130,12 +149,47 @@ def test_server_packages_depend_one_way(package: str) -> None:
 
 
 def test_the_shared_modules_import_no_domain_package() -> None:
-    shared = {"config", "crypto", "threads", "http_io", "outbound"}
-    wrong = {
-        name: sorted(_server_imports(SERVER / f"{name}.py") & set(ALLOWED) - {"operations"})
-        for name in shared
-    }
+    wrong = {name: sorted(_server_imports(SERVER / f"{name}.py") & set(ALLOWED)) for name in SHARED}
     assert not any(wrong.values()), wrong
+
+
+def _names_composition_root(imports: set[str]) -> bool:
+    return any(
+        imported == COMPOSITION_ROOT or imported.startswith(COMPOSITION_ROOT + ".")
+        for imported in imports
+    )
+
+
+def test_only_the_assemblers_import_the_composition_root() -> None:
+    """A domain package names the services it reads in its own ``services.py`` and never
+    imports ``context.py``: that module imports every domain, so importing it back would make
+    it a hub through which each domain reaches every other."""
+    importers = {_module_name(p) for p in MODULES if _names_composition_root(_imports(p))}
+    wrong = sorted(
+        name
+        for name in importers - ASSEMBLERS
+        if not name.startswith("mcpauth.cli.") and name != COMPOSITION_ROOT
+    )
+    assert not wrong, f"only {sorted(ASSEMBLERS)} and the command line import context: {wrong}"
+    assert importers >= ASSEMBLERS  # the rule names the modules that do
+
+
+def test_the_import_rules_see_what_they_forbid(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import mcpauth.server.browser.pages\n"
+        "from mcpauth.server import context\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..admin import Admin\n"
+        "def f():\n"
+        "    from mcpauth.server.context import ServerContext\n"
+    )
+    imports = _imports(sample, "mcpauth.server.tokens.sample")
+    assert _below_server(imports) == {"browser", "context", "admin"}
+    assert _names_composition_root(imports)
+    assert _names_composition_root({"mcpauth.server.context.ServerContext"})
+    assert not _names_composition_root({"mcpauth.server.contexts", "mcpauth.server.app"})
 
 
 # The methods that run SQL or change rows through a unit of work.

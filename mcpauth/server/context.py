@@ -1,4 +1,8 @@
-"""The per-application state every endpoint reads: settings, database, keys, clock."""
+"""The composition root: the one object ``create_app`` builds from the settings (database,
+keys, clock, caches, the providers) and hands every request, and the static proof that it is
+what each domain package asks for. The domain packages never import this module: each names
+the services it needs in its own ``services.py`` (a protocol) and reads them from the request;
+only ``app``, ``admin``, ``discovery`` and the command line import it."""
 
 from __future__ import annotations
 
@@ -12,8 +16,11 @@ from starlette.requests import Request
 from mcpauth.caching import wall_clock
 from mcpauth.dpop import DPoPNonces
 from mcpauth.server.authorization.resources import ResourceCatalog
+from mcpauth.server.authorization.services import AuthorizationServices
+from mcpauth.server.browser.services import BrowserServices
 from mcpauth.server.clients.directory import ClientDirectory
 from mcpauth.server.clients.fetch_admission import FetchGate, FetchLimits
+from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.clients.ssrf import SafeFetcher
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
@@ -26,6 +33,7 @@ from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
 from mcpauth.server.tokens.keys import KeyManager
+from mcpauth.server.tokens.services import TokenServices
 
 
 @dataclass
@@ -59,6 +67,17 @@ class ServerContext:
 
 def get_context(request: Request) -> ServerContext:
     return cast(ServerContext, request.app.state.mcpauth)
+
+
+def _conforms(ctx: ServerContext) -> None:
+    """Never called, only type-checked: ``ctx`` is what each domain package asks for (its
+    ``services.py``), so ``mypy`` fails here when the context lacks or mistypes a member one
+    of them names, rather than a request failing with an ``AttributeError``."""
+    clients: ClientServices = ctx
+    browser: BrowserServices = ctx
+    authorization: AuthorizationServices = ctx
+    tokens: TokenServices = ctx
+    del clients, browser, authorization, tokens
 
 
 def trusted_key_sets(settings: Settings, outbound: Outbound) -> KeySets:

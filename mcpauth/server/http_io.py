@@ -14,8 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
 from mcpauth.asgi import BodyIncomplete, BodyTooLarge, read_capped_body
-from mcpauth.errors import InvalidClientMetadata, InvalidRequest, OAuthError, PayloadTooLarge
-from mcpauth.server.operations.size_limits import MAX_REGISTRATION_BYTES
+from mcpauth.errors import InvalidRequest, OAuthError, PayloadTooLarge
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 ALLOW_ANY_ORIGIN = {"Access-Control-Allow-Origin": "*"}
@@ -30,10 +29,6 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 class UnsupportedMediaType(InvalidRequest):
     status_code = 415
-
-
-class MetadataTooLarge(InvalidClientMetadata):
-    status_code = 413
 
 
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -183,22 +178,6 @@ async def json_body(
         raise error("The request body is nested too deeply") from exc
     except ValueError as exc:
         raise error(f"The request body is not valid JSON: {exc}") from exc
-
-
-async def client_metadata_body(request: Request, limit: int) -> Any:
-    """An RFC 7591 registration or RFC 7592 update body, at most
-    :data:`~mcpauth.server.operations.size_limits.MAX_REGISTRATION_BYTES`
-    (413 ``invalid_client_metadata``).
-
-    Raises:
-        InvalidClientMetadata: not JSON, or too large (then with status 413).
-    """
-    return await json_body(
-        request,
-        min(limit, MAX_REGISTRATION_BYTES),
-        InvalidClientMetadata,
-        too_large=MetadataTooLarge,
-    )
 
 
 def json_response(

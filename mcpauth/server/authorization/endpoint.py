@@ -18,6 +18,7 @@ from mcpauth.errors import (
     UnsupportedResponseType,
 )
 from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.services import AuthorizationServices, authorization_services
 from mcpauth.server.browser.outcomes import AuthorizationRequest, error_redirect, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.sessions import load_session, save_session
@@ -25,7 +26,6 @@ from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
 from mcpauth.server.clients.metadata_documents import UnacceptableClientMetadata, is_cimd_client_id
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.clients.redirect_uris import redirect_uri_matches
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import new_id
 from mcpauth.server.http_io import REPEATED_RESOURCE, media_type, read_body, repeated_names
 from mcpauth.server.operations.size_limits import MAX_NONCE_LENGTH, MAX_STATE_LENGTH
@@ -80,7 +80,7 @@ def _named_client(params: dict[str, str], repeated: set[str]) -> str:
 
 
 def _client_and_redirect(
-    ctx: ServerContext, params: dict[str, str], repeated: set[str], loaded: Loaded
+    ctx: AuthorizationServices, params: dict[str, str], repeated: set[str], loaded: Loaded
 ) -> tuple[Client, str]:
     client_id = _named_client(params, repeated)
     try:
@@ -109,7 +109,7 @@ def _client_and_redirect(
 
 
 def _validate(
-    ctx: ServerContext, client: Client, params: dict[str, str], repeated: set[str], sid: str
+    ctx: AuthorizationServices, client: Client, params: dict[str, str], repeated: set[str], sid: str
 ) -> AuthorizationRequest:
     if "resource" in repeated:
         raise InvalidRequest(REPEATED_RESOURCE)
@@ -157,7 +157,7 @@ def _parameters(pairs: list[tuple[str, str]]) -> tuple[dict[str, str], set[str]]
     return {name: value for name, value in pairs if value != ""}, repeated_names(pairs)
 
 
-async def _load(ctx: ServerContext, pairs: list[tuple[str, str]], address: str) -> Loaded:
+async def _load(ctx: AuthorizationServices, pairs: list[tuple[str, str]], address: str) -> Loaded:
     """On the event loop, before the request's worker thread: the client of a ``client_id``
     that is a metadata document URL, fetched for the requester at ``address``; nothing when
     the request is refused before its client is looked up."""
@@ -170,7 +170,9 @@ async def _load(ctx: ServerContext, pairs: list[tuple[str, str]], address: str) 
     return Loaded({client_id: await ctx.clients.load_document(client_id, address)})
 
 
-def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str, loaded: Loaded) -> Response:
+def _start(
+    ctx: AuthorizationServices, pairs: list[tuple[str, str]], sid: str, loaded: Loaded
+) -> Response:
     params, repeated = _parameters(pairs)
     try:
         client, redirect_uri = _client_and_redirect(ctx, params, repeated, loaded)
@@ -194,7 +196,7 @@ def _start(ctx: ServerContext, pairs: list[tuple[str, str]], sid: str, loaded: L
 
 
 async def authorize(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = authorization_services(request)
     try:
         pairs = await _pairs(request, ctx.settings.max_body_bytes)
     except Unredirectable as exc:

@@ -19,6 +19,7 @@ from mcpauth.server.browser.interaction import client_view_of
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import (
     BrowserSession,
     load_session,
@@ -26,7 +27,6 @@ from mcpauth.server.browser.sessions import (
     sign_out,
 )
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities, upstream_tokens
 from mcpauth.server.storage.database import Database, Session
@@ -39,7 +39,7 @@ ACCOUNT_PURPOSE = "account"
 
 
 def _login_page(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     browser: BrowserSession,
     error: str = "",
     username: str = "",
@@ -134,7 +134,7 @@ def _applications(
 
 
 def _account_view(
-    ctx: ServerContext, browser: BrowserSession, query: dict[str, str]
+    ctx: BrowserServices, browser: BrowserSession, query: dict[str, str]
 ) -> tuple[str, list[Application], str, SignInMethods] | None:
     assert browser.user_id is not None
     with ctx.db.read() as session:
@@ -160,7 +160,7 @@ def _account_view(
 
 
 async def page(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     view = None
     if browser.user_id is not None:
@@ -184,7 +184,7 @@ async def page(request: Request) -> Response:
     return response
 
 
-def _application(ctx: ServerContext, user_id: str, client_id: str) -> Application | None:
+def _application(ctx: BrowserServices, user_id: str, client_id: str) -> Application | None:
     with ctx.db.read() as session:
         found = _applications(ctx.settings, session, user_id, only=client_id)
     return found[0] if found else None
@@ -192,7 +192,7 @@ def _application(ctx: ServerContext, user_id: str, client_id: str) -> Applicatio
 
 async def confirm_revoke(request: Request) -> Response:
     """Ask before revoking: what the application loses, a confirm button, a way back."""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     client_id = request.query_params.get("client_id", "")
     if browser.user_id is None:
@@ -221,7 +221,7 @@ def _no_such_application(settings: Settings) -> Response:
 
 
 async def login(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     outcome = await attempt_login(
         ctx, request, browser, LOGIN_PURPOSE, retry_url=ctx.endpoint_url("account")
@@ -236,7 +236,7 @@ async def login(request: Request) -> Response:
 
 
 async def _refused_form(
-    ctx: ServerContext, request: Request, browser: BrowserSession
+    ctx: BrowserServices, request: Request, browser: BrowserSession
 ) -> Response | None:
     """The page refusing an account form (cross-site, signed out, stale token), or None."""
     refused = refuse_cross_site(ctx.settings.issuer, request)
@@ -266,7 +266,7 @@ def _revoke(db: Database, now: int, user_id: str, client_id: str) -> bool:
 
 
 async def revoke(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:
@@ -282,7 +282,7 @@ async def revoke(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     refused = await _refused_form(ctx, request, browser)
     if refused is not None:

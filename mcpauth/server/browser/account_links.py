@@ -26,9 +26,9 @@ from mcpauth.server.browser import csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page
+from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import BrowserSession, load_session
 from mcpauth.server.browser.upstream_pages import ACCOUNT, LINK, Refusal
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import identities, upstream_tokens
 from mcpauth.server.storage.database import Session
@@ -61,7 +61,7 @@ def may_link(browser: BrowserSession, now: int) -> Refusal | None:
 
 
 def finish_link(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     browser: BrowserSession,
     login: UpstreamLogin,
     claims: identities.Claims,
@@ -147,7 +147,7 @@ class SignInMethods:
 
 
 def sign_in_methods(
-    ctx: ServerContext, session: Session, browser: BrowserSession, user: User
+    ctx: BrowserServices, session: Session, browser: BrowserSession, user: User
 ) -> SignInMethods:
     linked = identities.linked_identities(session, user.id)
     names = {provider.id: provider.name for provider in ctx.upstream}
@@ -180,7 +180,7 @@ def sign_in_methods(
 # removing one
 
 
-def _unlink(ctx: ServerContext, user_id: str, provider_id: str) -> int:
+def _unlink(ctx: BrowserServices, user_id: str, provider_id: str) -> int:
     configured = {provider.id for provider in ctx.upstream}
     with ctx.db.write() as session:
         removed = identities.unlink(
@@ -197,7 +197,7 @@ def _unlink(ctx: ServerContext, user_id: str, provider_id: str) -> int:
 
 async def unlink(request: Request) -> Response:
     """POST /account/unlink (provider_id in the form)"""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     account = ctx.endpoint_url(ACCOUNT)
     if browser.user_id is None:

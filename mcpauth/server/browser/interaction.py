@@ -22,6 +22,7 @@ from mcpauth.server.browser.outcomes import (
     see_other,
 )
 from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import (
     BrowserSession,
     load_session,
@@ -35,7 +36,6 @@ from mcpauth.server.browser.sign_in_step import (
     SignInStep,
 )
 from mcpauth.server.clients.redirect_uris import all_loopback
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http_io import client_ip
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
@@ -80,7 +80,7 @@ def identity_unproven(client: Client, redirect_uri: str) -> bool:
 
 
 def _needs_consent(
-    ctx: ServerContext, req: AuthorizationRequest, client: Client, user_id: str
+    ctx: BrowserServices, req: AuthorizationRequest, client: Client, user_id: str
 ) -> bool:
     """Whether to show the consent page. A remembered consent holds only for what the page
     showed: the same client name and redirect host (the exact redirect URI, and only for a
@@ -129,7 +129,7 @@ def _in_words(items: list[str]) -> str:
 
 
 def _consent_page(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     browser: BrowserSession,
     interaction: Interaction,
     client: Client,
@@ -191,7 +191,7 @@ def sign_in_step(request: Request) -> SignInStep:
 
 
 def _pending(
-    ctx: ServerContext, browser: BrowserSession, interaction_id: str, client: Client
+    ctx: BrowserServices, browser: BrowserSession, interaction_id: str, client: Client
 ) -> PendingSignIn:
     return PendingSignIn(
         interaction_id=interaction_id,
@@ -203,7 +203,7 @@ def _pending(
     )
 
 
-def _account_id(ctx: ServerContext, account: Account) -> str | None:
+def _account_id(ctx: BrowserServices, account: Account) -> str | None:
     """The user id of what a sign-in step returned: found, or created for a username."""
     if account.user_id is not None:
         with ctx.db.read() as session:
@@ -213,7 +213,7 @@ def _account_id(ctx: ServerContext, account: Account) -> str | None:
 
 
 async def _signed_in(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     request: Request,
     browser: BrowserSession,
     interaction_id: str,
@@ -236,7 +236,7 @@ async def _signed_in(
 
 
 def _proceed(
-    ctx: ServerContext, browser: BrowserSession, interaction_id: str
+    ctx: BrowserServices, browser: BrowserSession, interaction_id: str
 ) -> Response | _SignInNeeded:
     """Show what the request needs next: login, consent, or the code."""
     loaded = _load(ctx.db, ctx.now(), interaction_id)
@@ -278,7 +278,7 @@ def _proceed(
 
 
 async def show(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     outcome = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
     if isinstance(outcome, _SignInNeeded):
@@ -294,7 +294,7 @@ async def show(request: Request) -> Response:
 
 
 async def _forged(
-    ctx: ServerContext, request: Request, browser: BrowserSession, interaction_id: str
+    ctx: BrowserServices, request: Request, browser: BrowserSession, interaction_id: str
 ) -> Response | None:
     """The refusal of a sign-in post from another site or without this form's CSRF token,
     before an application's own step sees it; None when the post is genuine."""
@@ -319,7 +319,7 @@ async def _forged(
 
 
 async def login(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     interaction_id = request.path_params["interaction_id"]
     browser = await load_session(ctx, request)
     loaded = await run_blocking(_load, ctx.db, ctx.now(), interaction_id)
@@ -356,7 +356,7 @@ def _rebind(db: Database, interaction_id: str, sid: str) -> None:
 
 
 def _decide(
-    ctx: ServerContext, browser: BrowserSession, interaction_id: str, action: str
+    ctx: BrowserServices, browser: BrowserSession, interaction_id: str, action: str
 ) -> Response:
     loaded = _load(ctx.db, ctx.now(), interaction_id)
     if loaded is None:
@@ -395,7 +395,7 @@ def _decide(
 
 
 async def consent(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = browser_services(request)
     interaction_id = request.path_params["interaction_id"]
     browser = await load_session(ctx, request)
     refused = refuse_cross_site(ctx.settings.issuer, request)

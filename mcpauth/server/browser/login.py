@@ -13,9 +13,9 @@ from starlette.responses import Response
 
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.services import BrowserServices
 from mcpauth.server.browser.sessions import BrowserSession, sign_in
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import client_ip
 from mcpauth.server.operations import lockout
@@ -49,7 +49,7 @@ def upstream_purpose(target: str) -> str:
 
 
 def provider_buttons(
-    ctx: ServerContext, browser: BrowserSession, target: str
+    ctx: BrowserServices, browser: BrowserSession, target: str
 ) -> list[ProviderButton]:
     """The buttons starting sign-in through each upstream provider, for an interaction's
     sign-in page (``target`` its id) or the account page (``target`` ``account``)."""
@@ -118,7 +118,7 @@ def _locked(db: Database, now: int, keys: tuple[str, str]) -> int:
         return max(lockout.retry_after(session, key, now) for key in keys)
 
 
-def _fail(ctx: ServerContext, keys: tuple[str, str]) -> None:
+def _fail(ctx: BrowserServices, keys: tuple[str, str]) -> None:
     account, address = _limits(ctx.settings)
     now = ctx.now()
     with ctx.db.write() as session:
@@ -138,7 +138,7 @@ def _succeed(db: Database, account_key: str) -> None:
 
 
 async def attempt_login(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     request: Request,
     browser: BrowserSession,
     purpose: str,

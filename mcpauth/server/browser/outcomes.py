@@ -13,7 +13,7 @@ from mcpauth.errors import OAuthError
 from mcpauth.oauth import format_scope
 from mcpauth.server.browser.display import redirect_view
 from mcpauth.server.browser.pages import SECURITY_HEADERS, error_page
-from mcpauth.server.context import ServerContext
+from mcpauth.server.browser.services import BrowserServices
 from mcpauth.server.crypto import digest, new_id, new_token
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.models import AuthorizationCode, Client, Grant
@@ -95,7 +95,7 @@ def _destination(redirect_uri: str) -> str:
 
 
 def issue_code(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     request: AuthorizationRequest,
     user_id: str,
     auth_time: int,

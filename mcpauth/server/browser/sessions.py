@@ -16,8 +16,8 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth.server.browser.services import BrowserServices
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.storage import browser_sessions
 from mcpauth.server.storage.database import Database
@@ -50,7 +50,7 @@ def _signed_in(db: Database, now: int, sid: str) -> tuple[str, int] | None:
         return browser_sessions.signed_in(session, digest(sid), now)
 
 
-async def load_session(ctx: ServerContext, request: Request) -> BrowserSession:
+async def load_session(ctx: BrowserServices, request: Request) -> BrowserSession:
     """The request's session (signed in only while its server-side record and account live),
     or a fresh anonymous one (to be set on the response)."""
     raw = request.cookies.get(cookie_name(ctx.settings))
@@ -68,7 +68,7 @@ async def load_session(ctx: ServerContext, request: Request) -> BrowserSession:
     return BrowserSession.new()
 
 
-def sign_in(ctx: ServerContext, browser: BrowserSession, user_id: str) -> None:
+def sign_in(ctx: BrowserServices, browser: BrowserSession, user_id: str) -> None:
     """Start a server-side session for ``user_id`` under a new id (no session fixation); the
     browser's previous one ends."""
     now = ctx.now()
@@ -98,7 +98,7 @@ def sign_out(db: Database, browser: BrowserSession) -> None:
     browser.changed = True
 
 
-def save_session(ctx: ServerContext, session: BrowserSession, response: Response) -> None:
+def save_session(ctx: BrowserServices, session: BrowserSession, response: Response) -> None:
     if not session.changed:
         return
     response.set_cookie(

@@ -22,8 +22,8 @@ from starlette.responses import Response
 
 from mcpauth.server.browser.login import LoginOutcome, attempt_login, provider_buttons
 from mcpauth.server.browser.pages import render
+from mcpauth.server.browser.services import BrowserServices
 from mcpauth.server.browser.sessions import BrowserSession
-from mcpauth.server.context import ServerContext
 
 __all__ = ["Account", "PasswordAndProviders", "PendingSignIn", "SignInStep"]
 
@@ -50,7 +50,7 @@ class PendingSignIn:
     form_action: str  # where a form of the step posts back (to :meth:`SignInStep.submit`)
     csrf_token: str  # the hidden ``csrf_token`` field such a form must carry
     # what the built-in page needs; a step of your own may ignore them
-    context: ServerContext
+    context: BrowserServices
     browser: BrowserSession
 
 

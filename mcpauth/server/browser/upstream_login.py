@@ -27,6 +27,7 @@ from mcpauth.server.browser import account_links, csrf
 from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.outcomes import AuthorizationRequest, see_other
 from mcpauth.server.browser.pages import error_page
+from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import (
     BrowserSession,
     load_session,
@@ -43,7 +44,6 @@ from mcpauth.server.browser.upstream_pages import (
     unavailable,
     unknown_provider,
 )
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
 from mcpauth.server.identity.accounts import Refused, admit
 from mcpauth.server.identity.id_tokens import IDTokenError
@@ -88,7 +88,7 @@ def _store_login(db: Database, login: UpstreamLogin) -> None:
 
 
 async def _start(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     request: Request,
     browser: BrowserSession,
     provider_id: str,
@@ -168,7 +168,7 @@ async def _start(
 
 async def start_for_interaction(request: Request) -> Response:
     """POST /interaction/{interaction_id}/upstream/{provider_id}/login"""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     interaction_id = request.path_params["interaction_id"]
     if not re.fullmatch(r"[0-9a-f]{32}", interaction_id):
@@ -178,14 +178,14 @@ async def start_for_interaction(request: Request) -> Response:
 
 async def start_for_account(request: Request) -> Response:
     """POST /account/upstream/{provider_id}/login"""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     return await _start(ctx, request, browser, request.path_params["provider_id"], ACCOUNT)
 
 
 async def start_for_link(request: Request) -> Response:
     """POST /account/upstream/{provider_id}/link: link the provider to the signed-in account"""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     browser = await load_session(ctx, request)
     return await _start(ctx, request, browser, request.path_params["provider_id"], LINK)
 
@@ -265,7 +265,7 @@ def _check_response(
 
 
 def _finish(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     browser: BrowserSession,
     login: UpstreamLogin,
     claims: identities.Claims,
@@ -321,7 +321,7 @@ def _target_of(state: str) -> str | None:
 
 async def callback(request: Request) -> Response:
     """GET /upstream/{provider_id}/callback"""
-    ctx = get_context(request)
+    ctx = browser_services(request)
     provider = ctx.upstream.get(request.path_params["provider_id"])
     if provider is None:
         return unknown_provider()
@@ -340,7 +340,7 @@ async def callback(request: Request) -> Response:
 
 
 async def _callback(
-    ctx: ServerContext,
+    ctx: BrowserServices,
     provider: Provider,
     browser: BrowserSession,
     params: dict[str, str],

@@ -9,8 +9,8 @@ from typing import Any
 from mcpauth import jwt
 from mcpauth.errors import InvalidClient, InvalidToken, OAuthError
 from mcpauth.server.clients.directory import ClientDirectory, Loaded
+from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.models import Client
@@ -63,7 +63,7 @@ def _keys(
 
 
 def verify_client_assertion(
-    ctx: ServerContext, client: Client, assertion: str, endpoint: str, loaded: Loaded
+    ctx: ClientServices, client: Client, assertion: str, endpoint: str, loaded: Loaded
 ) -> dict[str, Any]:
     """Check a ``private_key_jwt`` assertion with the client's keys (inline, or ``loaded``
     from its ``jwks_uri`` before the worker thread started) and consume its ``jti``.

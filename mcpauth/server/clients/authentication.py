@@ -18,7 +18,7 @@ from mcpauth.server.clients.assertions import (
 from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
 from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.records import find_client
-from mcpauth.server.context import ServerContext
+from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.crypto import digest, matches
 from mcpauth.server.operations import lockout as throttle
 from mcpauth.server.operations.logs import audit
@@ -95,7 +95,7 @@ def presented_credentials(authorization: str | None, form: dict[str, str]) -> Pr
 
 
 def authenticated_from_memory(
-    ctx: ServerContext, credentials: PresentedCredentials, address: str, now: int
+    ctx: ClientServices, credentials: PresentedCredentials, address: str, now: int
 ) -> Client | None:
     """The client these credentials prove, decided from memory alone: a secret-authenticated
     client whose row and lockout state are cached, not locked, with the right and unexpired
@@ -134,7 +134,7 @@ def record_failure(
 
 
 async def _locked(
-    ctx: ServerContext, credentials: PresentedCredentials, address: str, now: int
+    ctx: ClientServices, credentials: PresentedCredentials, address: str, now: int
 ) -> bool:
     keys = _keys(credentials, address)
     wait = ctx.lockouts.cached_retry_after(keys, now)
@@ -144,7 +144,7 @@ async def _locked(
 
 
 async def load_client(
-    ctx: ServerContext, credentials: PresentedCredentials, address: str
+    ctx: ClientServices, credentials: PresentedCredentials, address: str
 ) -> Loaded:
     """On the event loop, before the request's worker thread: what :func:`authenticate_request`
     will need from the network for these credentials, fetched for the requester at ``address``:
@@ -179,7 +179,7 @@ async def load_client(
 
 
 async def load_request_client(
-    ctx: ServerContext, form: dict[str, str], authorization: str | None, address: str
+    ctx: ClientServices, form: dict[str, str], authorization: str | None, address: str
 ) -> Loaded:
     """:func:`load_client` for the credentials a request presents; nothing when they are
     malformed (the worker thread refuses the request)."""
@@ -191,7 +191,7 @@ async def load_request_client(
 
 
 def authenticate(
-    ctx: ServerContext,
+    ctx: ClientServices,
     credentials: PresentedCredentials,
     *,
     now: int,
@@ -231,7 +231,7 @@ def authenticate(
 
 
 def authenticate_request(
-    ctx: ServerContext,
+    ctx: ClientServices,
     form: dict[str, str],
     authorization: str | None,
     address: str,

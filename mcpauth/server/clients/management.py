@@ -12,10 +12,11 @@ from starlette.responses import Response
 from mcpauth.errors import InvalidClientMetadata, InvalidToken, OAuthError
 from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.clients import records
+from mcpauth.server.clients.registration import client_metadata_body
+from mcpauth.server.clients.services import ClientServices, client_services
 from mcpauth.server.clients.validation import validate_client_metadata
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches, new_token
-from mcpauth.server.http_io import NO_STORE, client_metadata_body, error_response, json_response
+from mcpauth.server.http_io import NO_STORE, error_response, json_response
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import all_scopes, get_client, save_client
@@ -45,7 +46,7 @@ def _load(db: Database, client_id: str, token: str) -> Client:
     return client
 
 
-def _information(ctx: ServerContext, client: Client, token: str) -> dict[str, Any]:
+def _information(ctx: ClientServices, client: Client, token: str) -> dict[str, Any]:
     info: dict[str, Any] = {"client_id": client.client_id, "client_id_issued_at": client.created_at}
     if client.secret_digest is not None:
         # not 0 ("never") for a client the pruner will delete when unused (docs/security.md T33)
@@ -69,12 +70,12 @@ def _rotate_token(db: Database, client: Client) -> str:
     return token
 
 
-def _read(ctx: ServerContext, client_id: str, token: str) -> dict[str, Any]:
+def _read(ctx: ClientServices, client_id: str, token: str) -> dict[str, Any]:
     client = _load(ctx.db, client_id, token)
     return _information(ctx, client, _rotate_token(ctx.db, client))
 
 
-def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict[str, Any]:
+def _update(ctx: ClientServices, client_id: str, token: str, raw: object) -> dict[str, Any]:
     client = _load(ctx.db, client_id, token)
     if not isinstance(raw, dict) or raw.get("client_id") != client_id:
         raise InvalidClientMetadata("client_id in the body must equal the client being updated")
@@ -102,7 +103,7 @@ def _update(ctx: ServerContext, client_id: str, token: str, raw: object) -> dict
     return _information(ctx, row, new)
 
 
-def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
+def _delete(ctx: ClientServices, client_id: str, token: str) -> None:
     _load(ctx.db, client_id, token)
     with ctx.db.write() as session:
         grant_store.delete_client(session, client_id)
@@ -110,7 +111,7 @@ def _delete(ctx: ServerContext, client_id: str, token: str) -> None:
 
 
 async def configure(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = client_services(request)
     client_id = request.path_params["client_id"]
     try:
         token = _bearer(request)

@@ -11,9 +11,9 @@ from urllib.parse import quote
 from mcpauth import oauth
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.server.clients.directory import Loaded
+from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.clients.validation import ValidatedClient
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.lookups import admin_client_names, save_client
@@ -63,7 +63,7 @@ def check_name_is_free(db: Database, name: str, *, client_id: str | None = None)
         )
 
 
-def find_client(ctx: ServerContext, client_id: str, loaded: Loaded) -> Client | None:
+def find_client(ctx: ClientServices, client_id: str, loaded: Loaded) -> Client | None:
     """The client named ``client_id``, for every endpoint, in its worker thread: a metadata
     document URL's client is the one ``loaded`` on the event loop before (see
     :meth:`ClientDirectory.load_document`, which also checks that the URL parses).
@@ -95,7 +95,7 @@ def apply_metadata(row: Client, validated: ValidatedClient) -> None:
 
 
 def create_client(
-    ctx: ServerContext,
+    ctx: ClientServices,
     validated: ValidatedClient,
     *,
     source: str,

@@ -3,20 +3,43 @@ most clients use)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.errors import InvalidToken
+from mcpauth.errors import InvalidClientMetadata, InvalidToken
 from mcpauth.oauth import IDENTITY_SCOPES
 from mcpauth.server.clients import records
+from mcpauth.server.clients.services import ClientServices, client_services
 from mcpauth.server.clients.validation import ValidatedClient, validate_client_metadata
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest, matches
-from mcpauth.server.http_io import NO_STORE, client_metadata_body, json_response
+from mcpauth.server.http_io import NO_STORE, json_body, json_response
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.operations.size_limits import MAX_REGISTRATION_BYTES
 from mcpauth.server.storage.lookups import all_scopes
 from mcpauth.server.threads import run_blocking
+
+
+class MetadataTooLarge(InvalidClientMetadata):
+    status_code = 413
+
+
+async def client_metadata_body(request: Request, limit: int) -> Any:
+    """An RFC 7591 registration or RFC 7592 update body, at most
+    :data:`~mcpauth.server.operations.size_limits.MAX_REGISTRATION_BYTES`
+    (413 ``invalid_client_metadata``).
+
+    Raises:
+        InvalidClientMetadata: not JSON, or too large (then with status 413).
+    """
+    return await json_body(
+        request,
+        min(limit, MAX_REGISTRATION_BYTES),
+        InvalidClientMetadata,
+        too_large=MetadataTooLarge,
+    )
 
 
 def _check_initial_access_token(settings: Settings, request: Request) -> None:
@@ -30,7 +53,7 @@ def _check_initial_access_token(settings: Settings, request: Request) -> None:
         )
 
 
-def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
+def _register(ctx: ClientServices, raw: object) -> dict[str, object]:
     with ctx.db.read() as session:
         known = set(all_scopes(session)) | set(IDENTITY_SCOPES)  # as scopes_supported lists
     if ctx.settings.offline_access:
@@ -50,7 +73,7 @@ def _register(ctx: ServerContext, raw: object) -> dict[str, object]:
 
 
 async def register(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = client_services(request)
     if ctx.settings.registration_policy == "token":
         _check_initial_access_token(ctx.settings, request)
     raw = await client_metadata_body(request, ctx.settings.max_body_bytes)

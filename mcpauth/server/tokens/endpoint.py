@@ -23,7 +23,6 @@ from mcpauth.jwt import compact_json
 from mcpauth.server.clients import authentication
 from mcpauth.server.clients.authentication import PresentedCredentials
 from mcpauth.server.clients.directory import NOTHING_LOADED, Loaded
-from mcpauth.server.context import ServerContext
 from mcpauth.server.http_io import (
     ALLOW_ANY_ORIGIN,
     CORS_HEADERS,
@@ -46,6 +45,7 @@ from mcpauth.server.tokens.grants import (
     workload,
 )
 from mcpauth.server.tokens.issuance import Issuance, UpstreamIssuance
+from mcpauth.server.tokens.services import TokenServices
 
 GRANTS = {
     "authorization_code": authorization_code.exchange,
@@ -77,7 +77,7 @@ def _audit(grant_type: str, client: Client, issuance: Issuance) -> None:
     )
 
 
-def _proven_key(ctx: ServerContext, proofs: list[str], client: Client) -> str | None:
+def _proven_key(ctx: TokenServices, proofs: list[str], client: Client) -> str | None:
     """The thumbprint of the key a request's DPoP proof proves (RFC 9449 §4.3), its ``jti``
     recorded for single use across replicas; None without a proof.
 
@@ -104,7 +104,7 @@ def _proven_key(ctx: ServerContext, proofs: list[str], client: Client) -> str | 
 
 
 def _handle(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
     address: str,
@@ -136,7 +136,7 @@ def _handle(
 
 
 def _respond(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
     address: str,
@@ -151,7 +151,7 @@ def _respond(
 
 
 def _as_workload(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
     credentials: PresentedCredentials | None,
@@ -171,7 +171,7 @@ def _as_workload(
 
 
 async def _load(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     credentials: PresentedCredentials | None,
     address: str,
@@ -204,7 +204,7 @@ def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCr
 
 
 def _answer_from_memory(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     credentials: PresentedCredentials | None,
     address: str,
@@ -242,7 +242,7 @@ class TokenEndpoint:
         if scope["method"] == "OPTIONS":
             await Response(status_code=204, headers=CORS_HEADERS)(scope, receive, send)
             return
-        ctx: ServerContext = scope["app"].state.mcpauth
+        ctx: TokenServices = scope["app"].state.mcpauth
         content_type = authorization = length = None
         proofs: list[str] = []
         for name, value in scope["headers"]:
@@ -281,7 +281,7 @@ class TokenEndpoint:
         await send({"type": "http.response.body", "body": body})
 
 
-def _nonce_headers(ctx: ServerContext) -> dict[str, str]:
+def _nonce_headers(ctx: TokenServices) -> dict[str, str]:
     """The current DPoP nonce on every token response when nonces are required (RFC 9449
     §8.2), readable by browser clients."""
     if ctx.dpop_nonces is None:

@@ -12,17 +12,17 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError, UnauthorizedClient
 from mcpauth.server.clients.authentication import authenticate_request, load_request_client
 from mcpauth.server.clients.directory import Loaded
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.storage import grant_store
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.issuance import PERSON_CLAIMS
+from mcpauth.server.tokens.services import TokenServices, token_services
 
 INACTIVE: dict[str, Any] = {"active": False}
 
 
-def access_token_claims(ctx: ServerContext, token: str) -> dict[str, Any] | None:
+def access_token_claims(ctx: TokenServices, token: str) -> dict[str, Any] | None:
     """The claims of an access token this server issued and has not revoked, else None."""
     try:
         claims = jwt.verify(
@@ -39,7 +39,7 @@ def access_token_claims(ctx: ServerContext, token: str) -> dict[str, Any] | None
     return claims
 
 
-def _refresh_token(ctx: ServerContext, token: str) -> dict[str, Any] | None:
+def _refresh_token(ctx: TokenServices, token: str) -> dict[str, Any] | None:
     now = ctx.now()
     with ctx.db.read() as session:
         found = grant_store.live_refresh_token(session, digest(token), now)
@@ -61,7 +61,7 @@ def _refresh_token(ctx: ServerContext, token: str) -> dict[str, Any] | None:
     }
 
 
-def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str, Any]:
+def introspection(ctx: TokenServices, token: str, hint: str | None) -> dict[str, Any]:
     if hint != "refresh_token" and token.count(".") == 2:
         claims = access_token_claims(ctx, token)
         if claims is not None:
@@ -80,7 +80,7 @@ def introspection(ctx: ServerContext, token: str, hint: str | None) -> dict[str,
 
 
 def _handle(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
     address: str,
@@ -98,7 +98,7 @@ def _handle(
 
 
 async def introspect(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = token_services(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
         authorization, address = request.headers.get("authorization"), client_ip(request)

@@ -11,7 +11,6 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError
 from mcpauth.server.clients.authentication import authenticate_request, load_request_client
 from mcpauth.server.clients.directory import Loaded
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.operations.logs import audit
@@ -19,6 +18,7 @@ from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Client
 from mcpauth.server.threads import run_blocking
+from mcpauth.server.tokens.services import TokenServices, token_services
 
 
 def _revoke_refresh_token(db: Database, now: int, client: Client, token: str) -> bool:
@@ -31,7 +31,7 @@ def _revoke_refresh_token(db: Database, now: int, client: Client, token: str) ->
     return True
 
 
-def _revoke_access_token(ctx: ServerContext, client: Client, token: str) -> None:
+def _revoke_access_token(ctx: TokenServices, client: Client, token: str) -> None:
     try:
         claims = jwt.verify(
             token, jwt.key_set(ctx.keys.jwks()), issuer=ctx.settings.issuer, audience=None, leeway=0
@@ -45,7 +45,7 @@ def _revoke_access_token(ctx: ServerContext, client: Client, token: str) -> None
 
 
 def _handle(
-    ctx: ServerContext,
+    ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
     address: str,
@@ -66,7 +66,7 @@ def _handle(
 
 
 async def revoke(request: Request) -> Response:
-    ctx = get_context(request)
+    ctx = token_services(request)
     try:
         form = await form_params(request, ctx.settings.max_body_bytes)
         authorization, address = request.headers.get("authorization"), client_ip(request)

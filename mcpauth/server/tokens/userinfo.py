@@ -18,13 +18,13 @@ from mcpauth import dpop
 from mcpauth.errors import InsufficientScope, InvalidDPoPProof, InvalidToken, OAuthError
 from mcpauth.oauth import parse_scope
 from mcpauth.server.authorization.checks import OPENID
-from mcpauth.server.context import ServerContext, get_context
 from mcpauth.server.http_io import ALLOW_ANY_ORIGIN, NO_STORE, json_response
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.introspection import access_token_claims
 from mcpauth.server.tokens.openid import person_claims
+from mcpauth.server.tokens.services import TokenServices, token_services
 
 _EXPOSE = {"Access-Control-Expose-Headers": "WWW-Authenticate"}
 
@@ -44,7 +44,7 @@ def _presented(request: Request) -> tuple[str, str]:
 
 
 def _check_binding(
-    ctx: ServerContext, request: Request, scheme: str, token: str, claims: dict[str, Any]
+    ctx: TokenServices, request: Request, scheme: str, token: str, claims: dict[str, Any]
 ) -> None:
     """A DPoP-bound token is presented with the DPoP scheme and a proof of its key.
 
@@ -74,7 +74,7 @@ def _check_binding(
             raise InvalidDPoPProof("The DPoP proof was used before: make a new one per request")
 
 
-def _answer(ctx: ServerContext, request: Request, scheme: str, token: str) -> dict[str, Any]:
+def _answer(ctx: TokenServices, request: Request, scheme: str, token: str) -> dict[str, Any]:
     """The UserInfo response for ``token``.
 
     Raises:
@@ -104,7 +104,7 @@ def _answer(ctx: ServerContext, request: Request, scheme: str, token: str) -> di
 
 async def userinfo(request: Request) -> Response:
     """GET or POST /userinfo with the access token in the Authorization header (Core §5.3.1)."""
-    ctx = get_context(request)
+    ctx = token_services(request)
     scheme = "Bearer"
     try:
         scheme, token = _presented(request)

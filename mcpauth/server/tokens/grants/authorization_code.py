@@ -11,7 +11,6 @@ from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
-from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
@@ -25,6 +24,7 @@ from mcpauth.server.tokens.issuance import (
     person_claims,
     require_proof,
 )
+from mcpauth.server.tokens.services import TokenServices
 
 
 def _check_binding(code: Row[Any], client: Client, form: dict[str, str], jkt: str | None) -> None:
@@ -45,7 +45,7 @@ def _check_binding(code: Row[Any], client: Client, form: dict[str, str], jkt: st
 
 
 def _redeem(
-    ctx: ServerContext,
+    ctx: TokenServices,
     conn: Connection,
     client: Client,
     form: dict[str, str],
@@ -107,7 +107,7 @@ def _redeem(
 
 
 def exchange(
-    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
     """Redeem an authorization code (``jkt``: the DPoP key the request proved, if any).
 

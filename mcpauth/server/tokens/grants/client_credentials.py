@@ -7,15 +7,15 @@ from __future__ import annotations
 from mcpauth.errors import UnauthorizedClient
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
-from mcpauth.server.context import ServerContext
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.services import TokenServices
 
 GRANT = "client_credentials"
 
 
 def issue(
-    ctx: ServerContext,
+    ctx: TokenServices,
     client: Client,
     form: dict[str, str],
     resources: Resources | None = None,

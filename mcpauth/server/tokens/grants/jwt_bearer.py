@@ -21,7 +21,6 @@ from mcpauth.errors import (
 from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings
-from mcpauth.server.context import ServerContext
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
@@ -36,6 +35,7 @@ from mcpauth.server.tokens.issuance import (
     person_claims,
     require_proof,
 )
+from mcpauth.server.tokens.services import TokenServices
 from mcpauth.uris import URIError, canonical_resource
 
 GRANT = JWT_BEARER
@@ -44,7 +44,7 @@ REQUIRED = ("iss", "sub", "aud", "exp", "iat", "jti", "client_id", "resource")
 
 
 def _keys_needed(
-    ctx: ServerContext, assertion: str
+    ctx: TokenServices, assertion: str
 ) -> tuple[IdentityProviders, str, str | None] | None:
     """Whose keys :func:`issue` will check ``assertion`` with, by the same unverified routing:
     the issuers (workload platforms or identity providers), its ``iss`` and its ``kid``; None
@@ -66,7 +66,7 @@ def _keys_needed(
     return None
 
 
-async def load_keys(ctx: ServerContext, form: Mapping[str, str], requester: str) -> None:
+async def load_keys(ctx: TokenServices, form: Mapping[str, str], requester: str) -> None:
     """Load the keys of the trusted issuer the request's assertion names, on the event loop
     before the request's worker thread runs (which then reads them from memory): a fetch that
     stalls holds no thread and no database work waits on the network. Nothing to do for an
@@ -135,7 +135,7 @@ def local_username(issuer: str, subject: str) -> str:
 
 
 def issue(
-    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
     """Exchange an ID-JAG for an access token (``jkt``: the DPoP key the request proved).
 

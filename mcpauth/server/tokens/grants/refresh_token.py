@@ -12,7 +12,6 @@ from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuth
 from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
-from mcpauth.server.context import ServerContext
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
@@ -25,6 +24,7 @@ from mcpauth.server.tokens.issuance import (
     person_claims,
     require_proof,
 )
+from mcpauth.server.tokens.services import TokenServices
 
 
 def _requested(form: dict[str, str], token: Row[Any], resource: Resource | None) -> list[str]:
@@ -74,7 +74,7 @@ def _presented(
 
 
 def _rotate(
-    ctx: ServerContext,
+    ctx: TokenServices,
     conn: Connection,
     client: Client,
     form: dict[str, str],
@@ -122,7 +122,7 @@ def _rotate(
 
 
 def refresh(
-    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
     """Exchange a refresh token for new tokens (``jkt``: the DPoP key the request proved).
 

@@ -29,7 +29,6 @@ from mcpauth.errors import (
 )
 from mcpauth.oauth import TOKEN_EXCHANGE, format_scope
 from mcpauth.server.authorization import checks
-from mcpauth.server.context import ServerContext
 from mcpauth.server.identity.kept_tokens import TokensGone, fresh_tokens
 from mcpauth.server.identity.upstream import Provider, UpstreamUnavailable
 from mcpauth.server.operations.logs import audit
@@ -42,6 +41,7 @@ from mcpauth.server.tokens.issuance import (
     person_claims,
     require_proof,
 )
+from mcpauth.server.tokens.services import TokenServices
 from mcpauth.uris import URIError, canonical_resource
 
 GRANT = TOKEN_EXCHANGE
@@ -68,7 +68,7 @@ def _target(form: dict[str, str]) -> str:
     return targets.pop()
 
 
-def _subject(ctx: ServerContext, form: dict[str, str]) -> dict[str, Any]:
+def _subject(ctx: TokenServices, form: dict[str, str]) -> dict[str, Any]:
     token = form.get("subject_token")
     token_type = form.get("subject_token_type")
     if not token or not token_type:
@@ -88,7 +88,7 @@ def _subject(ctx: ServerContext, form: dict[str, str]) -> dict[str, Any]:
 
 
 def _upstream_token(
-    ctx: ServerContext, client: Client, subject: dict[str, Any], provider: Provider
+    ctx: TokenServices, client: Client, subject: dict[str, Any], provider: Provider
 ) -> Issuance:
     """The caller's access token at ``provider``, refreshed when it has (nearly) expired.
 
@@ -129,7 +129,7 @@ def _upstream_token(
 
 
 def exchange(
-    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
     """An access token for another resource, for the subject token's user, acted by
     ``client``.

@@ -17,11 +17,11 @@ from mcpauth import jwt
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidToken
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings, WorkloadRule
-from mcpauth.server.context import ServerContext
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.services import TokenServices
 
 # Tokens of other kinds a platform issuer may also sign: never a workload's identity.
 REFUSED_TYPES = frozenset({"at+jwt", "application/at+jwt", "oauth-id-jag+jwt", "dpop+jwt"})
@@ -95,7 +95,7 @@ def _rule(settings: Settings, claims: dict[str, Any], client: Client) -> Workloa
 
 
 def issue(
-    ctx: ServerContext, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
     """An access token for the client a verified workload token acts as.
 
