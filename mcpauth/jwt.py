@@ -48,6 +48,7 @@ ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})  # RFC 9068 §4
 _EMBEDDED_KEY_HEADERS = ("jwk", "jku", "x5u", "x5c")
 _EC_CURVE_ALGS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 _RSA_ALGS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"})
+PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})  # RFC 7518 §6
 MAX_TOKEN_LENGTH = 8192
 
 
@@ -89,7 +90,7 @@ def public_jwk(public_key: PublicKey, *, kid: str, alg: str) -> dict[str, Any]:
         jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
     else:
         jwk = OKPAlgorithm.to_jwk(public_key, as_dict=True)
-    jwk = {k: v for k, v in jwk.items() if k not in ("d", "p", "q", "dp", "dq", "qi", "key_ops")}
+    jwk = {k: v for k, v in jwk.items() if k not in PRIVATE_MEMBERS and k != "key_ops"}
     jwk.update(kid=kid, alg=alg, use="sig")
     return jwk
 
@@ -105,55 +106,80 @@ def thumbprint(jwk: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def algorithm_for_jwk(jwk: Mapping[str, Any]) -> str:
-    """The one algorithm a verification key admits, from its key type (never ``none``/HMAC).
+def algorithm_for_jwk(jwk: Mapping[str, Any], wanted: str | None = None) -> str:
+    """The one algorithm a verification key admits (never ``none``/HMAC): its ``alg``, else
+    the one its type implies (an EC key's curve, RS256, EdDSA). With ``wanted``, that
+    algorithm if the key admits it; an RSA key without ``alg`` admits every RSA algorithm.
 
     Raises:
-        ValueError: symmetric or unknown key type, or an ``alg`` that does not fit the key.
+        ValueError: symmetric or unknown key type, an ``alg`` that does not fit the key, or a
+            ``wanted`` algorithm the key does not admit.
     """
     kty = jwk.get("kty")
     declared = jwk.get("alg")
     if kty == "EC":
         alg = _EC_CURVE_ALGS.get(str(jwk.get("crv")))
-        if alg is None or (declared is not None and declared != alg):
+        if alg is None or declared not in (None, alg):
             raise ValueError("EC key with an unsupported curve or a mismatched alg")
-        return alg
-    if kty == "RSA":
-        alg = str(declared or "RS256")
+    elif kty == "RSA":
+        alg = str(declared or wanted or "RS256")
         if alg not in _RSA_ALGS:
             raise ValueError("RSA key with a non-RSA alg")
-        return alg
-    if kty == "OKP" and jwk.get("crv") == "Ed25519" and declared in (None, "EdDSA", "Ed25519"):
-        return "EdDSA"
-    raise ValueError(f"unsupported verification key type {kty!r}")
+    elif kty == "OKP" and jwk.get("crv") == "Ed25519" and declared in (None, "EdDSA", "Ed25519"):
+        alg = "EdDSA"
+    else:
+        raise ValueError(f"unsupported verification key type {kty!r}")
+    if wanted is not None and wanted != alg:
+        raise ValueError(f"the key admits {alg}, not {wanted}")
+    return alg
 
 
 class VerificationKey:
-    """A public key from a JWKS with the single algorithm it admits."""
+    """A public key from a JWKS with the single algorithm it admits (``algorithm``: one the
+    key admits, for a key that admits several; see :func:`algorithm_for_jwk`).
+
+    Raises:
+        ValueError: the key does not admit ``algorithm``, or its type is not supported.
+        pyjwt.PyJWKError: the key material is unusable.
+    """
 
     __slots__ = ("algorithm", "key", "kid")
 
-    def __init__(self, jwk: Mapping[str, Any]) -> None:
-        self.algorithm = algorithm_for_jwk(jwk)
+    def __init__(self, jwk: Mapping[str, Any], algorithm: str | None = None) -> None:
+        self.algorithm = algorithm_for_jwk(jwk, algorithm)
         self.kid = str(jwk.get("kid", ""))
         self.key = pyjwt.PyJWK(dict(jwk), algorithm=self.algorithm)
 
 
-def key_set(jwks: Mapping[str, Any]) -> dict[str, VerificationKey]:
-    """Usable signing keys of a JWKS document by ``kid``; keys without ``kid``, with
-    ``use`` other than ``sig`` or of unsupported types are skipped."""
-    keys: dict[str, VerificationKey] = {}
+KEY_ERRORS = (ValueError, pyjwt.PyJWKError, pyjwt.InvalidKeyError)  # an unusable JWK
+
+
+def public_signing_jwks(jwks: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The members of a JWKS document that may verify signatures: objects whose ``use`` is
+    ``sig`` or unset and that hold no private member (a private key published by mistake is
+    trusted no more than any other leaked key)."""
     raw = jwks.get("keys")
     if not isinstance(raw, list):
-        return keys
-    for jwk in raw:
-        if not isinstance(jwk, dict) or not isinstance(jwk.get("kid"), str):
-            continue
-        if jwk.get("use", "sig") != "sig":
+        return []
+    return [
+        jwk
+        for jwk in raw
+        if isinstance(jwk, dict)
+        and jwk.get("use", "sig") == "sig"
+        and not PRIVATE_MEMBERS.intersection(jwk)
+    ]
+
+
+def key_set(jwks: Mapping[str, Any]) -> dict[str, VerificationKey]:
+    """Usable signing keys of a JWKS document by ``kid``; keys without ``kid``, with
+    ``use`` other than ``sig``, with private members or of unsupported types are skipped."""
+    keys: dict[str, VerificationKey] = {}
+    for jwk in public_signing_jwks(jwks):
+        if not isinstance(jwk.get("kid"), str):
             continue
         try:
             keys[jwk["kid"]] = VerificationKey(jwk)
-        except (ValueError, pyjwt.PyJWKError, pyjwt.InvalidKeyError):
+        except KEY_ERRORS:
             continue
     return keys
 
@@ -231,13 +257,13 @@ def encode(
     return pyjwt.encode(dict(claims), key, algorithm=alg, headers={"kid": kid, "typ": typ})
 
 
-def unverified_header(token: str) -> dict[str, Any]:
+def unverified_header(token: str, *, max_length: int = MAX_TOKEN_LENGTH) -> dict[str, Any]:
     """The JOSE header, for routing only (which key); never trusted for anything else.
 
     Raises:
-        InvalidToken: not a compact JWS.
+        InvalidToken: not a compact JWS, or longer than ``max_length``.
     """
-    if len(token) > MAX_TOKEN_LENGTH:
+    if len(token) > max_length:
         raise InvalidToken("The access token is too large")
     try:
         header: dict[str, Any] = pyjwt.get_unverified_header(token)
@@ -332,3 +358,40 @@ def verify(
         raise InvalidToken("The access token is invalid") from exc
     result: dict[str, Any] = claims
     return result
+
+
+class InvalidSignature(InvalidToken):
+    """The signature does not verify with the key."""
+
+
+def signed_claims(token: str, key: VerificationKey) -> dict[str, Any]:
+    """The claims of a compact JWS whose signature ``key`` verifies, with the key's algorithm
+    (the header must name it); no claim is checked: the caller checks every one it needs (an
+    ID token's, say, by OpenID Connect Core §3.1.3.7).
+
+    Raises:
+        InvalidSignature: the signature does not verify.
+        InvalidToken: anything else wrong (the header names another algorithm, the payload is
+            not a JSON object).
+    """
+    try:
+        claims: dict[str, Any] = pyjwt.decode(
+            token,
+            key.key,
+            algorithms=[key.algorithm],
+            options={
+                "verify_signature": True,
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+                "verify_aud": False,
+                "verify_iss": False,
+                "verify_sub": False,
+                "verify_jti": False,
+            },
+        )
+    except pyjwt.InvalidSignatureError as exc:
+        raise InvalidSignature("The token signature is invalid") from exc
+    except pyjwt.PyJWTError as exc:
+        raise InvalidToken("The token is invalid") from exc
+    return claims

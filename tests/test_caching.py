@@ -7,7 +7,7 @@ import httpx2
 import pytest
 
 from mcpauth.caching import ExpiringCache, cache_directives, freshness_lifetime
-from mcpauth.middleware.jwks import cache_lifetime as jwks_lifetime
+from mcpauth.key_sets import cache_lifetime as jwks_lifetime
 
 NOW = 1772366400.0  # 2026-03-01 12:00:00 UTC
 

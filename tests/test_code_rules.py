@@ -182,18 +182,27 @@ def test_the_middleware_and_proxy_read_the_time_through_their_clock(path: Path) 
 
 # Where each library with a rival in the environment may be imported (docs/architecture.md,
 # "One stack per concern"): every outbound call of mcpauth goes through httpx2; httpx is
-# imported only so that ``OAuth`` can also authenticate a caller's own httpx client.
-_LIBRARY_HOMES = {"httpx": {"client/auth.py"}}
+# imported only so that ``OAuth`` can also authenticate a caller's own httpx client. PyJWT is
+# the JOSE library (tests/test_jwt_signing.py keeps it in jwt.py and dpop.py): joserfc and
+# Authlib's JOSE and OpenID modules have no home (Authlib still uses joserfc inside).
+_LIBRARY_HOMES = {
+    "httpx": {"client/auth.py"},
+    "joserfc": set(),
+    "authlib.jose": set(),
+    "authlib.oidc": set(),
+}
 
 
-def _imported_roots(tree: ast.AST) -> set[str]:
-    roots: set[str] = set()
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Every absolute module a module imports, with each package above it (``a.b.c`` gives
+    ``a``, ``a.b`` and ``a.b.c``)."""
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+            names.add(node.module)
+    return {".".join(name.split(".")[:n]) for name in names for n in range(1, name.count(".") + 2)}
 
 
 def test_each_rival_library_is_imported_only_in_its_home() -> None:
@@ -201,7 +210,7 @@ def test_each_rival_library_is_imported_only_in_its_home() -> None:
         library: sorted(
             rel
             for path in SOURCES
-            if library in _imported_roots(ast.parse(path.read_text()))
+            if library in _imported_modules(ast.parse(path.read_text()))
             and (rel := str(path.relative_to(PACKAGE))) not in homes
         )
         for library, homes in _LIBRARY_HOMES.items()
@@ -211,4 +220,7 @@ def test_each_rival_library_is_imported_only_in_its_home() -> None:
 
 def test_the_library_rule_sees_what_it_forbids() -> None:
     sample = ast.parse("import httpx\nfrom httpx import Client\nfrom . import httpx2\n")
-    assert _imported_roots(sample) == {"httpx"}
+    assert _imported_modules(sample) == {"httpx"}
+    deeper = ast.parse("from authlib.oidc.core import CodeIDToken\nimport joserfc.jwk\n")
+    assert {"authlib.oidc", "joserfc"} <= _imported_modules(deeper)
+    assert "authlib.jose" not in _imported_modules(deeper)

@@ -1,41 +1,32 @@
-"""The authorization server's JSON Web Key Set: discovered, fetched, cached per HTTP caching
-headers, and refetched on an unknown ``kid`` at most once per interval.
+"""The authorization server's JSON Web Key Set: discovered, fetched and kept by the one
+key-set cache (:mod:`mcpauth.key_sets`), over the middleware's own HTTP client.
 
-While no keys are held, fetching is coalesced and backs off: one discovery-and-JWKS fetch is in
-flight at a time (concurrent callers wait for it and share its outcome), and after a failure no
-new fetch starts for a growing, bounded delay (``failure_backoff`` doubling up to
-``max_failure_backoff``). Callers in that window get a :class:`TemporarilyUnavailable` at
-once, with ``Retry-After`` and a description that names no URL; the details are logged.
+Keys are reused as long as the JWKS response's HTTP caching headers allow, within bounds; an
+unknown ``kid`` refetches at most once per interval; while no keys are held, one
+discovery-and-JWKS fetch is in flight at a time (concurrent callers share its outcome), each
+fetch has a deadline, and after a failure no new fetch starts for a growing, bounded delay
+(``failure_backoff`` doubling up to ``max_failure_backoff``). Callers in that window get a
+:class:`TemporarilyUnavailable` at once, with ``Retry-After`` and a description that names no
+URL; the details are logged.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import httpx2
 
 from mcpauth import jwt
-from mcpauth.caching import ExpiringCache, freshness_lifetime
+from mcpauth.caching import wall_clock
 from mcpauth.errors import ConfigurationError, FetchError
-from mcpauth.middleware._discovery import FetchGate, discover_metadata, fetch_json, unavailable
+from mcpauth.key_sets import Fetched, KeySetCache, KeySetPolicy
+from mcpauth.middleware._discovery import discover_metadata, fetch_json
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 
 __all__ = ["JWKSCache"]
 
-logger = logging.getLogger("mcpauth.middleware")
 UNAVAILABLE = "The authorization server's signing keys are unavailable; try again later"
-_KEYS = "keys"  # the one entry: this issuer's current key set
-
-
-def cache_lifetime(
-    headers: httpx2.Headers, *, now: float, default: float, floor: float, ceiling: float
-) -> float:
-    """Seconds a JWKS response may be reused (its HTTP freshness, ``default`` when it states
-    none), clamped to [floor, ceiling]: even ``no-store`` keys are kept ``floor`` seconds, or
-    every token would fetch them."""
-    lifetime = freshness_lifetime(headers, now)
-    return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
 class JWKSCache(AsyncClosing):
@@ -43,12 +34,13 @@ class JWKSCache(AsyncClosing):
 
     ``jwks_uri`` is read from the issuer's metadata unless given. Keys are reused for the
     lifetime the JWKS response allows (``Cache-Control: max-age``; between
-    ``min_refresh_interval`` and ``max_cache_seconds``). A token naming an unknown ``kid``
-    triggers one refetch, and at most one per ``min_refresh_interval`` however many such tokens
-    arrive. When a refetch fails, the last good keys stay in use. Without any keys, fetches are
-    coalesced and back off after failures (module docstring). ``clock`` (seconds since the
-    epoch; :func:`mcpauth.caching.wall_clock` by default) is injectable: every time the cache reads
-    goes through it.
+    ``min_refresh_interval`` and ``max_cache_seconds``, ``default_cache_seconds`` when it
+    says nothing). A token naming an unknown ``kid`` triggers one refetch, and at most one per
+    ``min_refresh_interval`` however many such tokens arrive. When a refetch fails, the last
+    good keys stay in use. Without any keys, fetches are coalesced and back off after failures
+    (module docstring); a fetch (discovery and JWKS) that takes longer than ``fetch_timeout``
+    seconds fails. ``clock`` (seconds since the epoch; :func:`mcpauth.caching.wall_clock` by
+    default) is injectable: every time the cache reads goes through it.
 
     ``http`` is yours to close; without it a client is created on the first fetch and closed
     by :meth:`aclose` (or ``async with``).
@@ -65,6 +57,7 @@ class JWKSCache(AsyncClosing):
         max_cache_seconds: float = 86400.0,
         failure_backoff: float = 1.0,
         max_failure_backoff: float = 60.0,
+        fetch_timeout: float = 10.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.issuer = issuer
@@ -72,15 +65,24 @@ class JWKSCache(AsyncClosing):
         self.min_refresh_interval = min_refresh_interval
         self.default_cache_seconds = default_cache_seconds
         self.max_cache_seconds = max_cache_seconds
-        self._client = LazyClient(http)
-        self._last_attempt = float("-inf")
         self.fetch_count = 0
-        self._gate = FetchGate(
-            backoff=failure_backoff, max_backoff=max_failure_backoff, clock=clock
+        self._client = LazyClient(http)
+        policy = KeySetPolicy(
+            unavailable=UNAVAILABLE,
+            default_lifetime=default_cache_seconds,
+            max_lifetime=max_cache_seconds,
+            refetch_interval=min_refresh_interval,
+            backoff=failure_backoff,
+            max_backoff=max_failure_backoff,
+            deadline=fetch_timeout,
+            max_sources=1,
         )
-        # The last good keys stay (stale) after their lifetime: the fallback when a refetch fails.
-        self._cache: ExpiringCache[str, dict[str, jwt.VerificationKey]] = ExpiringCache(
-            default_cache_seconds, max_entries=1, clock=self._gate.now, keep_stale=True
+        self._keys = KeySetCache(
+            self._fetch,
+            self._usable,
+            policy,
+            clock=clock or wall_clock,
+            name="the authorization server's signing keys",
         )
 
     @property
@@ -98,15 +100,7 @@ class JWKSCache(AsyncClosing):
         Raises:
             TemporarilyUnavailable: no keys could be fetched and none are cached.
         """
-        fresh = self._cache.get(_KEYS)
-        if fresh is not None:
-            return fresh
-        self._check_backoff()
-        async with self._gate.lock:
-            fresh = self._cache.get(_KEYS)
-            if fresh is not None:
-                return fresh
-            return await self._fetch_or_stale()
+        return await self._keys.get(self.issuer)
 
     async def refresh_for_unknown_kid(self) -> Mapping[str, jwt.VerificationKey] | None:
         """Refetch because a token named an unknown ``kid``; ``None`` when a fetch happened
@@ -115,69 +109,24 @@ class JWKSCache(AsyncClosing):
         Raises:
             TemporarilyUnavailable: no keys could be fetched and none are cached.
         """
-        async with self._gate.lock:
-            if self._now() - self._last_attempt < self.min_refresh_interval:
-                return None
-            return await self._fetch_or_stale()
+        return await self._keys.refresh(self.issuer)
 
-    def _now(self) -> float:
-        return self._gate.now()
-
-    def _stale(self) -> dict[str, jwt.VerificationKey] | None:
-        held = self._cache.get_stale(_KEYS)
-        return None if held is None else held[0]
-
-    def _check_backoff(self) -> None:
-        """Without keys, refuse at once while a failure's back-off lasts."""
-        if self._stale() is None:
-            self._gate.check()
-
-    async def _fetch_or_stale(self) -> Mapping[str, jwt.VerificationKey]:
-        now = self._now()
-        stale = self._stale()
-        if stale is not None and now - self._last_attempt < self.min_refresh_interval:
-            return stale
-        # Callers that queued on the lock behind a failed fetch share its outcome.
-        self._check_backoff()
-        self._last_attempt = now
+    async def _fetch(self, issuer: str, requester: str) -> Fetched:
+        http = self._client.get()
         try:
-            keys = await self._fetch()
-        except FetchError as exc:
-            delay = self._gate.failed()
-            logger.warning(
-                "cannot fetch the signing keys of %s (failure %d, next try in %.0fs): %s",
-                self.issuer, self._gate.failures, delay, exc.message,
-            )  # fmt: skip
-            if stale is None:
-                raise unavailable(delay, UNAVAILABLE) from exc
-            return stale
-        self._gate.succeeded()
-        return keys
-
-    async def _fetch(self) -> dict[str, jwt.VerificationKey]:
-        try:
-            return await self._fetch_unchecked()
+            if self.jwks_uri is None:
+                metadata = await discover_metadata(http, issuer)
+                if not metadata.jwks_uri:
+                    raise FetchError(f"{issuer} publishes no jwks_uri")
+                self.jwks_uri = metadata.jwks_uri
+            self.fetch_count += 1
+            document, headers = await fetch_json(http, self.jwks_uri)
         except ConfigurationError as exc:  # e.g. metadata naming a plain-http jwks_uri
             raise FetchError(str(exc)) from exc
+        return Fetched(document, headers)
 
-    async def _fetch_unchecked(self) -> dict[str, jwt.VerificationKey]:
-        http = self._client.get()
-        if self.jwks_uri is None:
-            metadata = await discover_metadata(http, self.issuer)
-            if not metadata.jwks_uri:
-                raise FetchError(f"{self.issuer} publishes no jwks_uri")
-            self.jwks_uri = metadata.jwks_uri
-        self.fetch_count += 1
-        document, headers = await fetch_json(http, self.jwks_uri)
+    def _usable(self, document: Mapping[str, Any]) -> dict[str, jwt.VerificationKey]:
         keys = jwt.key_set(document)
         if not keys:
             raise FetchError(f"{self.jwks_uri} holds no usable signing key")
-        lifetime = cache_lifetime(
-            headers,
-            now=self._gate.now(),
-            default=self.default_cache_seconds,
-            floor=self.min_refresh_interval,
-            ceiling=self.max_cache_seconds,
-        )
-        self._cache.put(_KEYS, keys, ttl=lifetime)
         return keys

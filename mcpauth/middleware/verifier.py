@@ -150,6 +150,7 @@ class KeyCacheOptions(TypedDict, total=False):
     max_cache_seconds: float
     failure_backoff: float
     max_failure_backoff: float
+    fetch_timeout: float
     clock: Callable[[], float] | None
 
 

@@ -24,10 +24,9 @@ from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.clients.ssrf import SafeFetcher
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import derive_key, resolve_server_secret
-from mcpauth.server.identity import key_sets as key_set_rules
-from mcpauth.server.identity.key_sets import KeySets, is_inline, url_host
+from mcpauth.server.identity import trusted_issuers
 from mcpauth.server.identity.passwords import Passwords, passwords_at
-from mcpauth.server.identity.trusted_issuers import IdentityProviders
+from mcpauth.server.identity.trusted_issuers import IdentityProviders, KeySets, is_inline, url_host
 from mcpauth.server.identity.upstream import UpstreamProviders
 from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.outbound import Outbound, outbound_for
@@ -94,8 +93,8 @@ def trusted_key_sets(settings: Settings, outbound: Outbound) -> KeySets:
     sources = [*settings.trusted_idps.values(), *(w.jwks for w in settings.workloads)]
     fetcher = SafeFetcher(
         allow_hosts={url_host(source) for source in sources if not is_inline(source)},
-        timeout=key_set_rules.FETCH_TIMEOUT,
-        max_bytes=key_set_rules.MAX_BYTES,
+        timeout=trusted_issuers.FETCH_TIMEOUT,
+        max_bytes=trusted_issuers.MAX_BYTES,
         ssl_context=outbound.ssl_context,
         proxy=outbound.proxy,
     )

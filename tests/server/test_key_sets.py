@@ -21,7 +21,7 @@ from mcpauth import jwt
 from mcpauth.errors import ConfigurationError, TemporarilyUnavailable
 from mcpauth.server.clients.fetch_admission import FetchGate, FetchLimits
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
-from mcpauth.server.identity.key_sets import (
+from mcpauth.server.identity.trusted_issuers import (
     BACKOFF_MAX,
     BUSY,
     FRESH_SECONDS,

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import jwt as pyjwt
 import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
@@ -213,6 +214,50 @@ def test_a_jwks_keeps_only_public_signing_keys() -> None:
             ]
         }
     )
-    assert [key.kid for key in keys] == ["rsa-1"]
+    assert [jwk["kid"] for jwk in keys] == ["rsa-1"]
     with pytest.raises(IDTokenError, match="jwks_not_a_key_set"):
         signing_keys({"keys": "none"})
+    with pytest.raises(IDTokenError, match="jwks_unusable"):  # nothing left to verify with
+        signing_keys({"keys": [{"kty": "oct", "k": _b64(b"a shared secret"), "kid": "hmac"}]})
+
+
+def signed_by_pyjwt(alg: str, key: Any = RSA, **header: Any) -> str:
+    """A token joserfc would not sign (an algorithm it does not recommend, a ``crit``)."""
+    private = pyjwt.PyJWK(key.as_dict(private=True), algorithm=alg).key
+    return pyjwt.encode(claims(), private, algorithm=alg, headers=header)
+
+
+def test_a_provider_key_without_kid_or_alg_verifies_what_it_admits() -> None:
+    """A provider publishing one key without ``kid`` signs tokens without one; an RSA key
+    without ``alg`` verifies any RSA algorithm the provider advertises, and nothing else."""
+    bare = {k: v for k, v in RSA.as_dict(private=False).items() if k not in ("kid", "alg")}
+    keys = signing_keys({"keys": [bare]})
+    assert validate(signed(kid=None), keys=keys)["sub"] == "248289761001"
+    assert validate(signed_by_pyjwt("PS256"), keys=keys, algorithms=["PS256"])["sub"]
+    with pytest.raises(UnknownSigningKey):  # an EC algorithm names no key of this set
+        validate(signed(kid=None, key=EC, alg="ES256"), keys=keys, algorithms=["ES256"])
+    with pytest.raises(UnknownSigningKey):  # with two keys, a token must say which
+        validate(signed(kid=None), keys=signing_keys({"keys": [bare, bare]}))
+    with pytest.raises(UnknownSigningKey):  # a key with alg RS256 admits no other
+        validate(signed_by_pyjwt("PS256", kid="rsa-1"), algorithms=["PS256"])
+
+
+def rs256_by_hand(header: dict[str, Any]) -> str:
+    """A correctly signed token with exactly ``header`` (no library adds or drops a member)."""
+    signing_input = ".".join(
+        [_b64(json.dumps(header).encode()), _b64(json.dumps(claims()).encode())]
+    )
+    private = pyjwt.PyJWK(RSA.as_dict(private=True), algorithm="RS256").key
+    signature = pyjwt.get_algorithm_by_name("RS256").sign(signing_input.encode(), private)
+    return f"{signing_input}.{_b64(signature)}"
+
+
+def test_a_critical_header_parameter_is_refused() -> None:
+    header = {"alg": "RS256", "kid": "rsa-1", "typ": "JWT"}
+    assert validate(rs256_by_hand(header))["sub"]  # the same token without crit is valid
+    for crit in ({"crit": ["exp"], "exp": NOW + 60}, {"crit": ["b64"], "b64": True}):
+        with pytest.raises(IDTokenError) as refused:
+            validate(rs256_by_hand({**header, **crit}))
+        assert refused.value.reason in ("malformed", "signature_unsupported_crit")
+    with pytest.raises(IDTokenError, match="signature_unsupported_crit"):  # one PyJWT knows
+        validate(rs256_by_hand({**header, "crit": ["b64"], "b64": True}))

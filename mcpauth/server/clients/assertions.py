@@ -30,6 +30,15 @@ SIGNING_ALGS = (
 )
 
 
+def unverified_kid(assertion: str) -> str | None:
+    """The ``kid`` an assertion names, to know which key to have loaded; for lookup only."""
+    try:
+        kid = jwt.unverified_header(assertion).get("kid")
+    except InvalidToken:
+        return None
+    return kid if isinstance(kid, str) else None
+
+
 def unverified_subject(assertion: str) -> str | None:
     """The ``iss`` of an assertion (= the client_id, RFC 7523 §3), for lookup only."""
     try:
@@ -56,7 +65,7 @@ def audiences(settings: Settings, endpoint: str) -> set[str]:
 def _keys(
     clients: ClientDirectory, client: Client, loaded: Loaded
 ) -> dict[str, jwt.VerificationKey]:
-    keys = jwt.key_set(clients.jwks_for(client, loaded))
+    keys = clients.jwks_for(client, loaded)
     if not keys:
         raise InvalidClient("The client has no usable public keys")
     return keys

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mcpauth.errors import InvalidClient, InvalidRequest, OAuthError, TooManyRequests
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
 from mcpauth.server.clients.assertions import (
+    unverified_kid,
     unverified_subject,
     verify_client_assertion,
 )
@@ -172,7 +173,8 @@ async def load_client(
         or not method_accepted(client.token_endpoint_auth_method, credentials.method)
     ):
         return Loaded(documents)
-    keys = await ctx.clients.load_keys(client, address)
+    kid = unverified_kid(credentials.secret or "")
+    keys = await ctx.clients.load_keys(client, address, kid=kid)
     if keys is None or client.jwks_uri is None:
         return Loaded(documents)
     return Loaded(documents, {client.jwks_uri: keys})

@@ -1,6 +1,7 @@
 """Where clients come from: the database, or a Client ID Metadata Document fetched from the
 client's own URL (kept in the database too, so grants and the account page can name it); and
-where a client's public keys come from (inline JWKS or an SSRF-safe fetch of ``jwks_uri``).
+where a client's public keys come from (inline JWKS, or its ``jwks_uri`` kept in the one
+key-set cache, :mod:`mcpauth.key_sets`, and fetched through the gate below).
 
 Load, then transact: what needs the network is loaded on the event loop (:meth:`load_document`,
 :meth:`load_keys`) before the request's worker thread starts, and handed to it as a
@@ -11,16 +12,15 @@ queue, and failures are remembered and counted against the requester's address."
 
 from __future__ import annotations
 
-import json
-import logging
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from mcpauth import jwt
 from mcpauth.caching import ExpiringCache, wall_clock
-from mcpauth.errors import InvalidClient
-from mcpauth.server.clients.fetch_admission import FetchDeclined, FetchGate, FetchLimits
+from mcpauth.errors import FetchDeclined, InvalidClient, TemporarilyUnavailable
+from mcpauth.key_sets import KeySetCache, KeySetPolicy
+from mcpauth.server.clients.fetch_admission import FetchGate, FetchLimits
 from mcpauth.server.clients.metadata_documents import (
     CIMDError,
     MetadataCache,
@@ -41,9 +41,12 @@ from mcpauth.server.threads import run_blocking
 from mcpauth.uris import MalformedURL, parse_url
 
 CLIENT_CACHE_SECONDS = 2.0
-JWKS_CACHE_SECONDS = 300
+JWKS_CACHE_SECONDS = 300.0  # at most: a key the client withdraws is trusted no longer
+JWKS_REFETCH_INTERVAL = 60.0  # an unknown kid refetches a jwks_uri at most this often
+JWKS_BACKOFF, JWKS_MAX_BACKOFF = 5.0, 60.0
 JWKS_CACHE_ENTRIES = 1000
-log = logging.getLogger(__name__)
+KEYS_UNAVAILABLE = "The client's jwks_uri cannot be fetched"
+KeySet = dict[str, jwt.VerificationKey]
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Loaded:
     error to raise in its place (raised in the worker thread, where the failure is counted)."""
 
     documents: Mapping[str, Client | InvalidClient] = field(default_factory=dict)
-    key_sets: Mapping[str, dict[str, Any] | InvalidClient] = field(default_factory=dict)
+    key_sets: Mapping[str, KeySet | InvalidClient] = field(default_factory=dict)
 
 
 NOTHING_LOADED = Loaded()
@@ -83,8 +86,18 @@ class ClientDirectory:
         self._fetcher = fetcher_for(settings, outbound, ssl_context=ssl_context)
         self.gate = FetchGate(self._fetcher, fetch_limits)
         self._documents = MetadataCache()
-        self._jwks: ExpiringCache[str, dict[str, Any]] = ExpiringCache(
-            JWKS_CACHE_SECONDS, JWKS_CACHE_ENTRIES, clock=wall_clock
+        policy = KeySetPolicy(
+            unavailable=KEYS_UNAVAILABLE,
+            default_lifetime=JWKS_CACHE_SECONDS,
+            max_lifetime=JWKS_CACHE_SECONDS,
+            refetch_interval=JWKS_REFETCH_INTERVAL,
+            backoff=JWKS_BACKOFF,
+            max_backoff=JWKS_MAX_BACKOFF,
+            deadline=settings.cimd_timeout,
+            max_sources=JWKS_CACHE_ENTRIES,
+        )
+        self._keys = KeySetCache(
+            self.gate.fetch_json, jwt.key_set, policy, clock=wall_clock, name="client keys"
         )
         self._clients: ExpiringCache[str, Client | None] = ExpiringCache(CLIENT_CACHE_SECONDS)
 
@@ -130,27 +143,21 @@ class ClientDirectory:
         )
 
     async def load_keys(
-        self, client: Client, address: str
-    ) -> dict[str, Any] | InvalidClient | None:
-        """The JWKS at the client's ``jwks_uri`` (cached, else fetched for the requester at
-        ``address``), or the error that refuses it; None when the client has inline keys or
-        no ``jwks_uri`` (:meth:`jwks_for` decides those without the network)."""
+        self, client: Client, address: str, *, kid: str | None = None
+    ) -> KeySet | InvalidClient | None:
+        """The keys at the client's ``jwks_uri`` (cached, else fetched for the requester at
+        ``address``; fetched again early when they lack ``kid``, at most once a minute), or
+        the error that refuses it; None when the client has inline keys or no ``jwks_uri``
+        (:meth:`jwks_for` decides those without the network)."""
         if client.jwks is not None or client.jwks_uri is None:
             return None
-        cached = self._jwks.get(client.jwks_uri)
-        if cached is not None:
-            return cached
         try:
-            document = json.loads((await self._fetch(client.jwks_uri, address)).content)
-        except FetchDeclined as exc:
-            return InvalidClient(f"The client's jwks_uri was not fetched: {exc.message}")
-        except (FetchError, ValueError) as exc:
-            log.warning("jwks_uri %s not usable: %s", client.jwks_uri[:200], exc)
-            return InvalidClient("The client's jwks_uri cannot be fetched")
-        if not isinstance(document, dict):
-            return InvalidClient("The client's jwks_uri does not hold a JWKS")
-        self._jwks.put(client.jwks_uri, document)
-        return document
+            return await self._keys.get(client.jwks_uri, kid=kid, requester=address)
+        except TemporarilyUnavailable as exc:
+            declined = exc.__cause__  # the failure itself is logged by the cache
+            if isinstance(declined, FetchDeclined):
+                return InvalidClient(f"The client's jwks_uri was not fetched: {declined.message}")
+            return InvalidClient(KEYS_UNAVAILABLE)
 
     # In a worker thread: the database and memory, with what was loaded.
 
@@ -182,19 +189,20 @@ class ClientDirectory:
         """Drop a cached client (after this process changed or deleted it)."""
         self._clients.forget(client_id)
 
-    def jwks_for(self, client: Client, loaded: Loaded) -> dict[str, Any]:
-        """The client's JWKS: registered inline, or loaded from its ``jwks_uri``.
+    def jwks_for(self, client: Client, loaded: Loaded) -> KeySet:
+        """The client's usable public keys by ``kid``: its JWKS registered inline, or loaded
+        from its ``jwks_uri``.
 
         Raises:
             InvalidClient: no keys, or ``jwks_uri`` could not be fetched safely.
         """
         if client.jwks is not None:
-            return client.jwks
+            return jwt.key_set(client.jwks)
         if client.jwks_uri is None:
             raise InvalidClient("The client has no registered keys")
         outcome = loaded.key_sets.get(client.jwks_uri)
         if outcome is None:
-            outcome = self._jwks.get(client.jwks_uri)
+            outcome = self._keys.peek(client.jwks_uri, fresh_only=True)
         if outcome is None:
             # the client's jwks_uri changed between loading and now: nothing is fetched here
             raise InvalidClient("The client's keys changed during the request; try again")

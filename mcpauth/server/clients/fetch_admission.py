@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from mcpauth.errors import FetchDeclined as FetchDeclined  # one class; imported from here too
+from mcpauth.key_sets import Fetched
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
 
 
@@ -102,6 +104,23 @@ class FetchGate:
             self._raise_recent_failure(url, now)
             running = self._start(url, requester_key(address), now)
         return await asyncio.shield(running)
+
+    async def fetch_json(self, url: str, address: str) -> Fetched:
+        """``url``'s JSON object and its headers (a JWKS, for the key-set cache), fetched as
+        :meth:`fetch` does.
+
+        Raises:
+            FetchError: as :meth:`fetch`, or the body is not a JSON object.
+            FetchDeclined: as :meth:`fetch`.
+        """
+        response = await self.fetch(url, address)
+        try:
+            document = json.loads(response.content)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+            raise FetchError(f"{url} did not return JSON") from exc
+        if not isinstance(document, dict):
+            raise FetchError(f"{url} did not return a JSON object")
+        return Fetched(document, response.headers)
 
     def in_flight(self) -> int:
         """How many fetches are running now."""

@@ -1,5 +1,6 @@
 """Upstream providers, the client side (Authlib's client, over httpx2): each OpenID provider's
-configuration from OpenID discovery and its signing keys, cached; the authorization request
+configuration from OpenID discovery, cached, and its signing keys, kept in the one key-set cache
+(:mod:`mcpauth.key_sets`); the authorization request
 with ``state``, ``nonce`` and PKCE (S256); the code exchanged at the token endpoint for an ID
 token that :mod:`~mcpauth.server.identity.id_tokens` validates. A plain OAuth 2.0 provider
 (GitHub, or ``kind = "oauth2"``) has its endpoints configured, gets no ``nonce`` and proves who
@@ -23,14 +24,16 @@ import httpx2
 from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.oauth2.client import OAuth2Client
-from joserfc.jwk import KeySet
 
 from mcpauth.caching import ExpiringCache, wall_clock
+from mcpauth.errors import FetchError, TemporarilyUnavailable
+from mcpauth.key_sets import Fetched, KeySetCache, KeySetPolicy
 from mcpauth.oauth import format_scope
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity import user_apis
 from mcpauth.server.identity.id_tokens import (
     IDTokenError,
+    ProviderKeys,
     UnknownSigningKey,
     allowed_algorithms,
     signing_keys,
@@ -61,8 +64,9 @@ __all__ = [
 log = logging.getLogger("mcpauth.upstream")
 
 METADATA_SECONDS = 3600
-KEYS_SECONDS = 300
-KEYS_REFETCH_INTERVAL = 60  # an unknown kid refetches the JWKS at most this often
+KEYS_SECONDS = 300.0  # at most: a key the provider withdraws is trusted no longer
+KEYS_REFETCH_INTERVAL = 60.0  # an unknown kid refetches the JWKS at most this often
+KEYS_BACKOFF, KEYS_MAX_BACKOFF = 1.0, 60.0  # after a failed fetch of a provider's keys
 
 
 def _endpoint(document: Mapping[str, Any], name: str) -> str:
@@ -197,8 +201,18 @@ class UpstreamProviders:
         self._metadata: ExpiringCache[str, ProviderMetadata] = ExpiringCache(
             METADATA_SECONDS, max_entries=entries, clock=clock, keep_stale=True
         )
-        self._keys: ExpiringCache[str, KeySet] = ExpiringCache(
-            KEYS_SECONDS, max_entries=entries, clock=clock, keep_stale=True
+        policy = KeySetPolicy(
+            unavailable="The provider's signing keys cannot be loaded right now",
+            default_lifetime=KEYS_SECONDS,
+            max_lifetime=KEYS_SECONDS,
+            refetch_interval=KEYS_REFETCH_INTERVAL,
+            backoff=KEYS_BACKOFF,
+            max_backoff=KEYS_MAX_BACKOFF,
+            deadline=timeout,
+            max_sources=entries,
+        )
+        self._keys = KeySetCache(
+            self._fetch_keys, _provider_keys, policy, clock=clock, name="upstream provider keys"
         )
 
     def __iter__(self) -> Iterator[Provider]:
@@ -226,32 +240,43 @@ class UpstreamProviders:
     def nonce(self, state: str) -> str:
         return _b64(hmac.new(self._key, f"nonce {state}".encode(), hashlib.sha256).digest())
 
-    def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
-        """Authlib's client for one exchange with ``provider`` (its secret only when
-        ``authenticated``: the token endpoint)."""
+    def _connection(self) -> dict[str, Any]:
+        """What every client mcpauth opens to a provider has: the deadline, no redirects, no
+        proxy from the environment, the capped transport on the operator's route."""
         inner = self.transport or (
             self.outbound.httpx2_transport()
             if self.outbound
             else httpx2.AsyncHTTPTransport(retries=0, trust_env=False)
         )
+        return {
+            "timeout": httpx2.Timeout(self.timeout),
+            "follow_redirects": False,
+            "trust_env": False,
+            "transport": CappedTransport(inner, MAX_RESPONSE_BYTES),
+            "headers": {"Accept-Encoding": "identity", "User-Agent": "mcpauth"},
+        }
+
+    def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
+        """Authlib's client for one exchange with ``provider`` (its secret only when
+        ``authenticated``: the token endpoint)."""
         return AsyncOAuth2Client(
             client_id=provider.config.client_id,
             client_secret=provider.secret() if authenticated else None,
             token_endpoint_auth_method=provider.config.auth_method,
             scope=format_scope(provider.config.scopes),
             code_challenge_method="S256",
-            timeout=httpx2.Timeout(self.timeout),
-            follow_redirects=False,
-            trust_env=False,
-            transport=CappedTransport(inner, MAX_RESPONSE_BYTES),
-            headers={"Accept-Encoding": "identity", "User-Agent": "mcpauth"},
+            **self._connection(),
         )
 
-    async def _get_json(self, provider: Provider, url: str) -> dict[str, Any]:
-        async with self._client(provider) as client:
-            response = await client.request(
-                "GET", url, withhold_token=True, headers={"Accept": "application/json"}
-            )
+    async def _get_json(self, url: str) -> tuple[dict[str, Any], httpx2.Headers]:
+        """A provider's JSON document (its configuration, its JWKS) and the response headers.
+
+        Raises:
+            UpstreamUnavailable: not 200, or not a JSON object.
+            httpx2.HTTPError: the request failed.
+        """
+        async with httpx2.AsyncClient(**self._connection()) as client:
+            response = await client.get(url, headers={"Accept": "application/json"})
         if response.status_code != 200:
             raise UpstreamUnavailable(f"http_{response.status_code}")
         try:
@@ -260,7 +285,7 @@ class UpstreamProviders:
             raise UpstreamUnavailable("not_json") from exc
         if not isinstance(document, dict):
             raise UpstreamUnavailable("not_json")
-        return document
+        return document, response.headers
 
     async def metadata(self, provider: Provider) -> ProviderMetadata:
         """The provider's configuration (cached an hour; the last good one while it cannot be
@@ -278,7 +303,7 @@ class UpstreamProviders:
         url = issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
             with anyio.fail_after(self.timeout):
-                found = ProviderMetadata.parse(await self._get_json(provider, url), issuer)
+                found = ProviderMetadata.parse((await self._get_json(url))[0], issuer)
         except (UpstreamUnavailable, TimeoutError, httpx2.HTTPError) as exc:
             stale = self._metadata.get_stale(provider.id)
             why = reason(exc)
@@ -289,23 +314,29 @@ class UpstreamProviders:
         self._metadata.put(provider.id, found)
         return found
 
-    async def _signing_keys(
-        self, provider: Provider, metadata: ProviderMetadata, *, refresh: bool = False
-    ) -> KeySet:
-        cached = self._keys.get_stale(provider.id)
-        if cached is not None:
-            keys, age = cached
-            if age < KEYS_SECONDS and not (refresh and age >= KEYS_REFETCH_INTERVAL):
-                return keys
+    async def _fetch_keys(self, url: str, requester: str) -> Fetched:
         try:
-            keys = signing_keys(await self._get_json(provider, metadata.jwks_uri))
-        except (UpstreamUnavailable, IDTokenError, httpx2.HTTPError) as exc:
-            log.warning("upstream %s: keys not loaded (%s)", provider.id, reason(exc))
-            if cached is not None:
-                return cached[0]
-            raise UpstreamUnavailable(reason(exc)) from exc
-        self._keys.put(provider.id, keys)
-        return keys
+            document, headers = await self._get_json(url)
+        except (UpstreamUnavailable, httpx2.HTTPError) as exc:
+            raise FetchError(reason(exc)) from exc
+        return Fetched(document, headers)
+
+    async def _signing_keys(
+        self, metadata: ProviderMetadata, *, refresh: bool = False
+    ) -> ProviderKeys | None:
+        """The provider's keys (refetched because a token named a ``kid`` they lack, when
+        ``refresh``: None if they were fetched less than a minute ago).
+
+        Raises:
+            UpstreamUnavailable: there are none and none could be fetched.
+        """
+        try:
+            if refresh:
+                return await self._keys.refresh(metadata.jwks_uri)
+            return await self._keys.get(metadata.jwks_uri)
+        except TemporarilyUnavailable as exc:  # the failure itself is logged by the cache
+            cause = exc.__cause__
+            raise UpstreamUnavailable(reason(cause) if cause else "keys_unavailable") from exc
 
     def authorization_url(
         self,
@@ -375,7 +406,9 @@ class UpstreamProviders:
                     raise IDTokenError("no_id_token")
                 access_token = token.get("access_token")
 
-                def validate(keys: KeySet) -> dict[str, Any]:
+                def validate(keys: ProviderKeys | None) -> dict[str, Any]:
+                    if keys is None:  # refetched less than a minute ago: nothing new
+                        raise UnknownSigningKey("unknown_kid")
                     return validate_id_token(
                         id_token,
                         keys=keys,
@@ -388,9 +421,9 @@ class UpstreamProviders:
                     )
 
                 try:
-                    claims = validate(await self._signing_keys(provider, metadata))
+                    claims = validate(await self._signing_keys(metadata))
                 except UnknownSigningKey:  # the provider may have rotated its keys
-                    claims = validate(await self._signing_keys(provider, metadata, refresh=True))
+                    claims = validate(await self._signing_keys(metadata, refresh=True))
                 return claims, token
         except (TimeoutError, httpx2.HTTPError) as exc:
             raise UpstreamUnavailable(reason(exc)) from exc
@@ -443,3 +476,15 @@ class UpstreamProviders:
         except (TimeoutError, httpx2.HTTPError) as exc:
             raise UpstreamUnavailable(reason(exc)) from exc
         return dict(token)
+
+
+def _provider_keys(document: Mapping[str, Any]) -> ProviderKeys:
+    """The cache's parser: a JWKS that holds no usable key fails like a failed fetch.
+
+    Raises:
+        FetchError: the document is not a JWKS, or holds no usable key.
+    """
+    try:
+        return signing_keys(document)
+    except IDTokenError as exc:
+        raise FetchError(exc.reason) from exc

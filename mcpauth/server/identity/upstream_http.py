@@ -9,6 +9,7 @@ import zlib
 
 import httpx2
 
+from mcpauth.errors import FetchError
 from mcpauth.server.identity.id_tokens import IDTokenError
 
 MAX_RESPONSE_BYTES = 256 * 1024  # discovery, a JWKS, a token response, a user API
@@ -110,6 +111,8 @@ def reason(exc: BaseException) -> str:
     """A short code for logs and refusal pages: why a call to a provider failed."""
     if isinstance(exc, UpstreamUnavailable | IDTokenError | ProfileError):
         return exc.reason
+    if isinstance(exc, FetchError):  # a provider's keys: the fetch's own reason
+        return exc.message
     if isinstance(exc, TimeoutError | httpx2.TimeoutException):
         return "timeout"
     if isinstance(exc, _ResponseTooLarge):
