@@ -96,6 +96,14 @@ def cache_lifetime(
     return min(max(default if lifetime is None else lifetime, floor), ceiling)
 
 
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop; None under another one (trio, through anyio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class _Flight(Generic[Keys]):
     """The one fetch of a source that every caller awaits, and its outcome."""
 
@@ -226,9 +234,8 @@ class KeySetCache(Generic[Keys]):
     async def _start(self, fetch: Coroutine[Any, Any, None]) -> None:
         """Run ``fetch`` so that no caller's cancellation cancels it: as a task of its own on
         asyncio; elsewhere (trio) in the first caller's task, shielded."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = _asyncio_loop()
+        if loop is None:
             with anyio.CancelScope(shield=True):
                 await fetch
             return

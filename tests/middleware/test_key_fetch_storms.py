@@ -175,3 +175,28 @@ async def test_introspection_backs_off_while_the_as_is_down_and_recovers_after(
 def active(**overrides: Any) -> dict[str, Any]:
     data = {"active": True, "iss": ISSUER, "sub": "bob", "client_id": "c", "aud": RESOURCE}
     return {**data, "exp": int(time.time()) + 300, **overrides}
+
+
+async def test_an_authorization_server_that_never_answers_is_given_up_on_at_the_deadline(
+    auth_server: FakeAuthorizationServer,
+) -> None:
+    never = anyio.Event()  # never set: only the deadline ends the fetch
+    requests = 0
+
+    async def stall(request: httpx2.Request) -> httpx2.Response:
+        nonlocal requests
+        requests += 1
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    clock = Clock()
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(stall)) as http:
+        verifier = JWTVerifier(ISSUER, RESOURCE, http=http, clock=clock, fetch_timeout=0.2)
+        with anyio.fail_after(5):
+            with pytest.raises(TemporarilyUnavailable) as failed:
+                await verifier.verify_token(auth_server.mint())
+            assert isinstance(failed.value.__cause__, TimeoutError)
+            assert failed.value.headers["Retry-After"] == "1"
+            with pytest.raises(TemporarilyUnavailable):  # the back-off: no new request
+                await verifier.verify_token(auth_server.mint())
+    assert requests == 1
