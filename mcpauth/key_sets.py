@@ -73,7 +73,10 @@ Fetcher = Callable[[str, str], Awaitable[Fetched]]
 @dataclass(frozen=True)
 class KeySetPolicy:
     """How one user's keys are kept (the module docstring says what each bound does);
-    ``unavailable`` and ``busy`` are the descriptions its callers see."""
+    ``unavailable`` and ``busy`` are the descriptions its callers see. The defaults are the
+    server's, for keys of issuers it trusts: fresh at most five minutes (a key the issuer
+    withdraws is trusted no longer than that), an unknown ``kid`` refetching at most once a
+    minute, a back-off of 5 s doubling to 5 minutes, 5 s for a fetch."""
 
     unavailable: str
     busy: str = "Too many signing-key fetches are running right now; try again shortly"

@@ -21,17 +21,13 @@ from mcpauth import jwt
 from mcpauth.errors import ConfigurationError, TemporarilyUnavailable
 from mcpauth.server.clients.fetch_admission import FetchGate, FetchLimits
 from mcpauth.server.clients.ssrf import FetchedResponse, FetchError
-from mcpauth.server.identity.trusted_issuers import (
-    BACKOFF_MAX,
-    BUSY,
-    FRESH_SECONDS,
-    REFETCH_INTERVAL,
-    UNAVAILABLE,
-    KeySets,
-)
+from mcpauth.server.identity.trusted_issuers import BUSY, POLICY, UNAVAILABLE, KeySets
 
 from .test_fetchgate import Clock, run, settle  # the same stand-ins for time and the loop
 
+FRESH_SECONDS = POLICY.max_lifetime  # five minutes
+REFETCH_INTERVAL = POLICY.refetch_interval  # a minute
+BACKOFF_MAX = POLICY.max_backoff  # five minutes
 URL = "https://platform.example/keys"
 OTHER = "https://idp.example/jwks"
 

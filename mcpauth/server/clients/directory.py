@@ -41,11 +41,8 @@ from mcpauth.server.threads import run_blocking
 from mcpauth.uris import MalformedURL, parse_url
 
 CLIENT_CACHE_SECONDS = 2.0
-JWKS_CACHE_SECONDS = 300.0  # at most: a key the client withdraws is trusted no longer
-JWKS_REFETCH_INTERVAL = 60.0  # an unknown kid refetches a jwks_uri at most this often
-JWKS_BACKOFF, JWKS_MAX_BACKOFF = 5.0, 60.0
-JWKS_CACHE_ENTRIES = 1000
 KEYS_UNAVAILABLE = "The client's jwks_uri cannot be fetched"
+KEYS_MAX_BACKOFF = 60.0  # a client's own URL: backed off no longer than a minute
 KeySet = dict[str, jwt.VerificationKey]
 
 
@@ -86,15 +83,10 @@ class ClientDirectory:
         self._fetcher = fetcher_for(settings, outbound, ssl_context=ssl_context)
         self.gate = FetchGate(self._fetcher, fetch_limits)
         self._documents = MetadataCache()
+        # the server's defaults (kept at most five minutes, an unknown kid refetching at most
+        # once a minute, 1,000 URLs), on the client's own fetch deadline
         policy = KeySetPolicy(
-            unavailable=KEYS_UNAVAILABLE,
-            default_lifetime=JWKS_CACHE_SECONDS,
-            max_lifetime=JWKS_CACHE_SECONDS,
-            refetch_interval=JWKS_REFETCH_INTERVAL,
-            backoff=JWKS_BACKOFF,
-            max_backoff=JWKS_MAX_BACKOFF,
-            deadline=settings.cimd_timeout,
-            max_sources=JWKS_CACHE_ENTRIES,
+            KEYS_UNAVAILABLE, max_backoff=KEYS_MAX_BACKOFF, deadline=settings.cimd_timeout
         )
         self._keys = KeySetCache(
             self.gate.fetch_json, jwt.key_set, policy, clock=wall_clock, name="client keys"

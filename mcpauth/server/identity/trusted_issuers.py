@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -25,13 +26,11 @@ from mcpauth.errors import ConfigurationError, InvalidGrant, OAuthError, Tempora
 from mcpauth.key_sets import Fetched, KeySetCache, KeySetPolicy
 
 KeySet = dict[str, jwt.VerificationKey]
-FRESH_SECONDS = 300.0
-REFETCH_INTERVAL = 60.0  # an unknown kid refetches a URL at most this often
-BACKOFF_START, BACKOFF_MAX = 5.0, 300.0
-FETCH_TIMEOUT = 5.0  # seconds in all for one key-set fetch
 MAX_BYTES = 64 * 1024  # a JWKS of several RSA keys with certificate chains fits
 UNAVAILABLE = "The assertion issuer's signing keys cannot be loaded right now; try again later"
 BUSY = "Too many signing-key fetches are running right now; try again shortly"
+POLICY = KeySetPolicy(UNAVAILABLE, busy=BUSY)  # the server's defaults (mcpauth.key_sets)
+FETCH_TIMEOUT = POLICY.deadline  # seconds in all for one key-set fetch
 
 
 class Gate(Protocol):
@@ -90,17 +89,7 @@ class KeySets:
                 url_host(source)
                 urls.add(source)
         self._urls = frozenset(urls)
-        policy = KeySetPolicy(
-            unavailable=UNAVAILABLE,
-            busy=BUSY,
-            default_lifetime=FRESH_SECONDS,
-            max_lifetime=FRESH_SECONDS,
-            refetch_interval=REFETCH_INTERVAL,
-            backoff=BACKOFF_START,
-            max_backoff=BACKOFF_MAX,
-            deadline=FETCH_TIMEOUT,
-            max_sources=max(1, len(urls)),
-        )
+        policy = replace(POLICY, max_sources=max(1, len(urls)))
         self._cache = KeySetCache(
             gate.fetch_json, jwt.key_set, policy, clock=clock, name="trusted issuer keys"
         )

@@ -64,9 +64,7 @@ __all__ = [
 log = logging.getLogger("mcpauth.upstream")
 
 METADATA_SECONDS = 3600
-KEYS_SECONDS = 300.0  # at most: a key the provider withdraws is trusted no longer
-KEYS_REFETCH_INTERVAL = 60.0  # an unknown kid refetches the JWKS at most this often
-KEYS_BACKOFF, KEYS_MAX_BACKOFF = 1.0, 60.0  # after a failed fetch of a provider's keys
+KEYS_UNAVAILABLE = "The provider's signing keys cannot be loaded right now"
 
 
 def _endpoint(document: Mapping[str, Any], name: str) -> str:
@@ -201,15 +199,10 @@ class UpstreamProviders:
         self._metadata: ExpiringCache[str, ProviderMetadata] = ExpiringCache(
             METADATA_SECONDS, max_entries=entries, clock=clock, keep_stale=True
         )
+        # the server's defaults (kept at most five minutes, an unknown kid refetching at most
+        # once a minute), a person's sign-in backed off no longer than a minute
         policy = KeySetPolicy(
-            unavailable="The provider's signing keys cannot be loaded right now",
-            default_lifetime=KEYS_SECONDS,
-            max_lifetime=KEYS_SECONDS,
-            refetch_interval=KEYS_REFETCH_INTERVAL,
-            backoff=KEYS_BACKOFF,
-            max_backoff=KEYS_MAX_BACKOFF,
-            deadline=timeout,
-            max_sources=entries,
+            KEYS_UNAVAILABLE, backoff=1.0, max_backoff=60.0, deadline=timeout, max_sources=entries
         )
         self._keys = KeySetCache(
             self._fetch_keys, _provider_keys, policy, clock=clock, name="upstream provider keys"
@@ -394,7 +387,14 @@ class UpstreamProviders:
         """
         try:
             with anyio.fail_after(self.timeout):
-                token = await self._token(provider, metadata, code, state, redirect_uri)
+                token = await self._token(
+                    provider,
+                    metadata.token_endpoint,
+                    "authorization_code",
+                    code=code,
+                    redirect_uri=redirect_uri,
+                    code_verifier=self.pkce_verifier(state),
+                )
                 if not metadata.openid:
                     access = token.get("access_token")
                     if not isinstance(access, str) or not access:
@@ -429,22 +429,18 @@ class UpstreamProviders:
             raise UpstreamUnavailable(reason(exc)) from exc
 
     async def _token(
-        self,
-        provider: Provider,
-        metadata: ProviderMetadata,
-        code: str,
-        state: str,
-        redirect_uri: str,
+        self, provider: Provider, endpoint: str, grant_type: str, **params: str
     ) -> dict[str, Any]:
+        """The token endpoint's answer to one grant, the client authenticated.
+
+        Raises:
+            UpstreamRefused: the endpoint answered with an OAuth error.
+            UpstreamUnavailable: its answer is not a JSON object.
+            httpx2.HTTPError: the request failed.
+        """
         async with self._client(provider, authenticated=True) as client:
             try:
-                token = await client.fetch_token(
-                    metadata.token_endpoint,
-                    grant_type="authorization_code",
-                    code=code,
-                    redirect_uri=redirect_uri,
-                    code_verifier=self.pkce_verifier(state),
-                )
+                token = await client.fetch_token(endpoint, grant_type=grant_type, **params)
             except AuthlibOAuthError as exc:
                 raise UpstreamRefused(error_code(exc.error)) from exc
             except ValueError as exc:  # not a JSON object
@@ -462,20 +458,11 @@ class UpstreamProviders:
         try:
             with anyio.fail_after(self.timeout):
                 metadata = await self.metadata(provider)
-                async with self._client(provider, authenticated=True) as client:
-                    try:
-                        token = await client.fetch_token(
-                            metadata.token_endpoint,
-                            grant_type="refresh_token",
-                            refresh_token=refresh_token,
-                        )
-                    except AuthlibOAuthError as exc:
-                        raise UpstreamRefused(error_code(exc.error)) from exc
-                    except ValueError as exc:
-                        raise UpstreamUnavailable("token_not_json") from exc
+                return await self._token(
+                    provider, metadata.token_endpoint, "refresh_token", refresh_token=refresh_token
+                )
         except (TimeoutError, httpx2.HTTPError) as exc:
             raise UpstreamUnavailable(reason(exc)) from exc
-        return dict(token)
 
 
 def _provider_keys(document: Mapping[str, Any]) -> ProviderKeys:
