@@ -1,7 +1,7 @@
 """Caching shared by the three parts: HTTP freshness (RFC 9111 §4.2.1) for the documents mcpauth
-fetches and keeps for a while (client metadata documents on the server, the authorization
-server's JWKS in the middleware), each caller applying its own default and bounds to what the
-response says; and :class:`ExpiringCache`, the one in-memory cache with per-entry expiry."""
+fetches and keeps for a while (client metadata documents on the server, every key set through
+:mod:`mcpauth.key_sets`), each caller applying its own default and bounds to what the response
+says; and :class:`ExpiringCache`, the one in-memory cache with per-entry expiry."""
 
 from __future__ import annotations
 

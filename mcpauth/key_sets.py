@@ -14,7 +14,7 @@ a JWKS document, and a :class:`KeySetPolicy`. The cache applies the same rules t
   goes away does not cancel it;
 - every fetch ends by ``deadline`` seconds;
 - an unknown ``kid`` fetches the keys again early, at most once per ``refetch_interval`` per
-  source, so tokens naming made-up ``kid``\\ s cannot turn into a fetch each;
+  source, so tokens naming made-up key ids cannot turn into a fetch each;
 - a failed fetch backs off (``backoff`` doubling up to ``max_backoff``): meanwhile the last
   good keys are used or, with none, the caller is answered ``temporarily_unavailable`` with
   ``Retry-After`` at once, without a connection; where and how it failed goes to the log only;
@@ -22,8 +22,9 @@ a JWKS document, and a :class:`KeySetPolicy`. The cache applies the same rules t
   host: the last good keys, or ``temporarily_unavailable`` with ``Retry-After: 1``;
 - at most ``max_sources`` sources are remembered (the least recently used is forgotten first).
 
-Use it from one event loop. :meth:`KeySetCache.peek` only reads memory and is safe from any
-thread (the server's worker threads verify with what the event loop loaded)."""
+Internal (not part of the public API). Use it from one event loop; :meth:`KeySetCache.peek`
+only reads memory and is safe from any thread (the server's worker threads verify with what the
+event loop loaded)."""
 
 from __future__ import annotations
 
@@ -39,14 +40,6 @@ import anyio
 
 from mcpauth.caching import freshness_lifetime, wall_clock
 from mcpauth.errors import FetchDeclined, FetchError, TemporarilyUnavailable
-
-__all__ = [
-    "Fetched",
-    "Fetcher",
-    "KeySetCache",
-    "KeySetPolicy",
-    "cache_lifetime",
-]
 
 log = logging.getLogger("mcpauth.key_sets")
 
