@@ -68,7 +68,8 @@ from mcpauth.middleware.verifier import (
     VerifiedToken,
     require_token_verifier,
 )
-from mcpauth.uris import canonical_resource
+from mcpauth.tracing import tracer as traces
+from mcpauth.uris import canonical_resource, path_of
 
 __all__ = ["ProtectedResourceMiddleware"]
 
@@ -103,10 +104,15 @@ class ProtectedResourceMiddleware(AsyncClosing):
     sizes (:class:`Limits`), ``allowed_origins`` the browser origins allowed to call (any when
     ``None``).
 
+    Traces follow the ``OTEL_*`` environment or the application's own OpenTelemetry set-up,
+    off when neither asks for them (:mod:`mcpauth.middleware.tracing`).
+
     Raises:
         ValueError: no authorization server, or ``resource`` is not a valid resource URI.
         TypeError: ``verifier`` is not an mcpauth verifier (wrap an MCP SDK verifier in
             :class:`~mcpauth.middleware.FromSDK`).
+        ConfigurationError: the environment asks for traces the OpenTelemetry SDK cannot
+            give (not installed, an exporter it lacks).
     """
 
     def __init__(
@@ -158,6 +164,18 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self.tokens = token_cache(self.limits.token_cache_size)
         self.sessions = SessionBindings(self.limits.session_table_size)
+        self._serve_http: ASGIApp = self._http
+        tracer = traces("mcpauth.middleware")
+        if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
+            from mcpauth.middleware.tracing import TracedRequests
+
+            self._serve_http = TracedRequests(
+                self._http,
+                tracer,
+                route=path_of(self.resource) or "/",
+                body_limit=self.limits.max_body_bytes,
+                unprotected=self._unprotected,
+            )
 
     async def aclose(self) -> None:
         """Close what the middleware opened (the default verifier's HTTP client); lifespan
@@ -169,7 +187,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._lifespan_send(send))
         elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+            await self._serve_http(scope, receive, send)  # _http, in a span when tracing
         elif scope["type"] == "websocket":
             # MCP has no WebSocket transport: nothing to protect, so nothing passes.
             deny = _websocket_denial(scope, send)
@@ -306,6 +324,10 @@ class ProtectedResourceMiddleware(AsyncClosing):
             dpop=self.dpop,
             used_dpop=used_dpop,
         )
+
+    def _unprotected(self, scope: Scope) -> bool:
+        """The requests that need no token: the metadata document, CORS preflights."""
+        return scope["path"] in self._metadata_paths or _is_preflight(scope)
 
     def _origin_allowed(self, scope: Scope) -> bool:
         origin = first_header(scope, b"origin")

@@ -15,6 +15,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from mcpauth.errors import ConfigurationError
 from mcpauth.middleware import DPoP, ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
 from mcpauth.middleware._asgi import ASGIApp
 from mcpauth.oauth import parse_scope
@@ -193,7 +194,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
     try:
         app = build_proxy_app(args)
-    except (ValueError, URIError) as exc:
+    except (ValueError, URIError, ConfigurationError) as exc:
         print(f"mcpauth proxy: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", log_level="info")

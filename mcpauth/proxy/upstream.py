@@ -12,8 +12,9 @@ shutdown or in :meth:`UpstreamProxy.aclose`; a ``client=`` you pass stays yours 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit
 
 import anyio
@@ -33,6 +34,7 @@ from mcpauth.middleware._asgi import (
 from mcpauth.middleware._http import AsyncClosing, LazyClient
 from mcpauth.middleware.identity import verified_token
 from mcpauth.oauth import format_scope
+from mcpauth.tracing import tracer as traces
 
 __all__ = ["CORSGrant", "IdentityHeaders", "UpstreamProxy"]
 
@@ -63,6 +65,7 @@ _CREDENTIALS = frozenset({b"authorization", b"dpop"})
 _SERVER_SET = frozenset({b"date", b"server"})
 _IDENTITY_PREFIX = b"x-mcpauth-"
 UPSTREAM_UNAVAILABLE = -32603
+SendUpstream = Callable[[httpx2.AsyncClient, httpx2.Request], Awaitable[httpx2.Response]]
 _PREFLIGHT_METHODS = b"GET, POST, DELETE, OPTIONS"
 _PREFLIGHT_HEADERS = (
     b"Authorization, DPoP, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, "
@@ -122,6 +125,13 @@ class UpstreamProxy(AsyncClosing):
     upstream (it allows the ``DPoP`` header, and ``DPoP-Nonce`` is exposed to scripts);
     ``allowed_origins`` (``None``: any origin) decides which origins get
     ``Access-Control-Allow-Origin``.
+
+    With traces on (:mod:`mcpauth.tracing`) each upstream request is a CLIENT span, and its
+    W3C ``traceparent`` replaces the caller's; off, the caller's passes unchanged.
+
+    Raises:
+        ConfigurationError: the environment asks for traces the OpenTelemetry SDK cannot
+            give.
     """
 
     def __init__(
@@ -139,6 +149,12 @@ class UpstreamProxy(AsyncClosing):
         self.identity = identity_headers or IdentityHeaders()
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self._strip = _HOP_BY_HOP | _FORWARDING | self.identity.names() | _CREDENTIALS
+        self._send_upstream: SendUpstream = _send
+        tracer = traces("mcpauth.proxy")
+        if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
+            from mcpauth.tracing.asgi import send_traced
+
+            self._send_upstream = partial(send_traced, tracer)
 
     @property
     def client(self) -> httpx2.AsyncClient:
@@ -171,7 +187,7 @@ class UpstreamProxy(AsyncClosing):
             content=_body(receive) if _has_body(scope) else None,
         )
         try:
-            response = await client.send(request, stream=True)
+            response = await self._send_upstream(client, request)
         except httpx2.HTTPError as exc:
             logger.warning("upstream %s failed: %s", self.upstream, type(exc).__name__)
             await send_json(
@@ -271,6 +287,10 @@ class CORSGrant:
             await send(message)
 
         await self.app(scope, receive, granted)
+
+
+async def _send(client: httpx2.AsyncClient, request: httpx2.Request) -> httpx2.Response:
+    return await client.send(request, stream=True)
 
 
 def _is_preflight(scope: Scope) -> bool:

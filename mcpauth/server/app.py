@@ -39,6 +39,7 @@ from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
 from mcpauth.server.tokens import introspection, revocation, userinfo
+from mcpauth.tracing import tracer as traces
 from mcpauth.uris import path_of
 
 log = logging.getLogger("mcpauth.server")
@@ -50,15 +51,22 @@ def _middleware(
     clock: Callable[[], float],
     metrics: Metrics | None,
     token_route: Route,
+    routes: list[BaseRoute],
 ) -> list[Middleware]:
-    """Outermost first: the address behind trusted proxies, request ids, metrics, then rate
-    limits before any endpoint work, then the token endpoint's direct route."""
+    """Outermost first: the address behind trusted proxies, traces (when on: a span for every
+    request, the rate limiter's refusals included), request ids, metrics, then rate limits
+    before any endpoint work, then the token endpoint's direct route."""
     stack = []
     if settings.trusted_proxies:
         # the client address and scheme from X-Forwarded-For/-Proto, believed only from these
         stack.append(
             Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies))
         )
+    tracer = traces("mcpauth.server")
+    if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
+        from mcpauth.server.operations.tracing import TracingMiddleware
+
+        stack.append(Middleware(TracingMiddleware, tracer=tracer, routes=routes))
     stack.append(Middleware(RequestIdMiddleware))
     if metrics is not None:
         stack.append(Middleware(MetricsMiddleware, metrics=metrics))
@@ -268,9 +276,13 @@ def create_app(
     adds to the default one.
     ``sign_in`` replaces the built-in sign-in step (password and upstream providers) with an
     application's own (:class:`~mcpauth.server.browser.sign_in_step.SignInStep`).
+    Traces follow the ``OTEL_*`` environment, off when it names no exporter
+    (:mod:`mcpauth.tracing`).
 
     Raises:
-        ConfigurationError: the settings or the database are not usable.
+        ConfigurationError: the settings or the database are not usable, or the environment
+            asks for traces the OpenTelemetry SDK cannot give (not installed, an exporter it
+            lacks).
     """
     clock = clock or wall_clock
     own_engine = engine is None
@@ -309,7 +321,7 @@ def create_app(
             audit_logger.setLevel(logging.INFO)  # counted even when not written
     app = Starlette(
         routes=routes,
-        middleware=_middleware(settings, engine, clock, metrics, token_route),
+        middleware=_middleware(settings, engine, clock, metrics, token_route, routes),
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )
