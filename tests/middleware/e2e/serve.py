@@ -85,6 +85,12 @@ def mcp_server(name: str = "e2e") -> MCPServer:
         names = ("MCPAUTH_SUBJECT", "MCPAUTH_CLIENT", "MCPAUTH_SCOPES")
         return "|".join(os.environ.get(name, "-") for name in names)
 
+    @server.tool()
+    def trace_context(ctx: Context) -> str:
+        """The W3C traceparent that reached this server ("-" when none did)."""
+        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+        return headers.get("traceparent", "-")
+
     return server
 
 
