@@ -247,9 +247,7 @@ def test_a_flow_exports_a_span_per_step_with_the_callers_trace_and_no_credential
     assert exchange.attributes["mcpauth.oauth.resource"] == RESOURCE
     assert exchange.attributes["http.response.status_code"] == 200
     refresh = next(
-        s
-        for s in server_spans
-        if s.attributes.get("mcpauth.oauth.grant_type") == "refresh_token"
+        s for s in server_spans if s.attributes.get("mcpauth.oauth.grant_type") == "refresh_token"
     )
     assert refresh.attributes["mcpauth.oauth.client_id"] == client_id
     assert "error.type" not in refresh.attributes
@@ -271,7 +269,9 @@ def test_a_flow_exports_a_span_per_step_with_the_callers_trace_and_no_credential
     forbidden = next(s for s in proxy_spans if s.attributes.get("mcpauth.decision") == "forbidden")
     assert forbidden.attributes["error.type"] == "insufficient_scope"
     assert forbidden.attributes["gen_ai.tool.name"] == "delete_file"
-    unauthorized = [s for s in proxy_spans if s.attributes.get("mcpauth.decision") == "unauthorized"]
+    unauthorized = [
+        s for s in proxy_spans if s.attributes.get("mcpauth.decision") == "unauthorized"
+    ]
     assert len(unauthorized) == 2
     assert {s.attributes["error.type"] for s in unauthorized} == {"invalid_token"}
 
