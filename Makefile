@@ -31,7 +31,6 @@ FAST_LANE := not e2e and not browser and not slow and not postgres and not docke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 # the distribution was called `mcpauth` before it became mcpauth-kit (that name on PyPI is an
 # unrelated project): a .venv from then still has the old editable install
 	$(BIN)/python -m pip uninstall -q -y mcpauth 2>/dev/null || true
@@ -43,7 +42,10 @@ run: $(STAMP)
 
 check: lint typecheck pytest-fast
 
-test: lint typecheck pytest
+# lint and types beside the tests rather than before them: mypy's minute on a fresh clone
+# overlaps the workers' start (a failure in any of the three fails the target)
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j3 lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -61,14 +63,14 @@ pytest-fast: $(STAMP)
 test-tools:
 	scripts/ensure-npm-peers.sh >/dev/null
 
-# Every test on SQLite, in parallel (the e2e PostgreSQL tests start a server per worker), then
-# the server suite again on PostgreSQL (MCPAUTH_TEST_DATABASE, tests/pg.py); coverage of both
-# combined (pytest-cov gathers the workers').
+# Every test in one parallel session: the server tests that reach a database run once on SQLite
+# and once on PostgreSQL (MCPAUTH_TEST_DATABASE=sqlite,postgresql, tests/pg.py; each worker
+# starts its own throwaway server), beside the e2e, browser and docker lanes; the tests that
+# touch no database run once. Coverage of the workers combined (pytest-cov).
 pytest: $(STAMP) test-tools
 	$(BIN)/coverage erase
-	$(BIN)/pytest $(XDIST) --cov --cov-report= $(PYTEST_ARGS)
-	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest $(XDIST) -q --cov --cov-append \
-		--cov-report= tests/server $(PYTEST_PG_ARGS)
+	MCPAUTH_TEST_DATABASE=sqlite,postgresql $(BIN)/pytest $(XDIST) --cov --cov-report= \
+		$(PYTEST_ARGS)
 	$(BIN)/coverage report --skip-covered --sort=cover | tail -n 25
 
 pytest-postgres: $(STAMP)

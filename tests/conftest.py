@@ -19,7 +19,15 @@ from starlette.applications import Starlette
 from mcpauth.server import Settings, create_app
 
 # PostgreSQL fixtures for the whole test session (see tests/pg.py)
-from .pg import database_url_for, empty_postgres_url, postgres_pool, postgres_server, postgres_url  # noqa: F401
+from .pg import (  # noqa: F401
+    database_url_for,
+    empty_postgres_url,
+    engine_under_test,
+    engines_under_test,
+    postgres_pool,
+    postgres_server,
+    postgres_url,
+)
 
 ISSUER = "http://127.0.0.1:9000"
 TEST_SECRET = "test-secret-key-0123456789abcdef"
@@ -63,6 +71,38 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(f"MCPAUTH_{name.upper()}", str(value))
 
 
+# The tests run once per engine when MCPAUTH_TEST_DATABASE names both (tests/pg.py): the server
+# suite, where every storage path is reached through the application
+PER_ENGINE_FOLDERS = ("tests/server/",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test under ``PER_ENGINE_FOLDERS`` whose fixtures reach ``make_settings`` (so the
+    database) runs on every engine under test; the PostgreSQL run is in the ``postgres`` lane."""
+    engines = engines_under_test()
+    path = metafunc.definition.path.relative_to(metafunc.config.rootpath).as_posix()
+    if (
+        len(engines) < 2
+        or "make_settings" not in metafunc.fixturenames
+        or not path.startswith(PER_ENGINE_FOLDERS)
+    ):
+        return
+    metafunc.parametrize(
+        "database_engine",
+        [
+            pytest.param(e, id=e, marks=[pytest.mark.postgres] if e == "postgresql" else [])
+            for e in engines
+        ],
+        indirect=True,
+    )
+
+
+@pytest.fixture
+def database_engine(request: pytest.FixtureRequest) -> str:
+    """``sqlite`` or ``postgresql``: the engine of this test's database."""
+    return str(getattr(request, "param", engine_under_test()))
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite database migrated to head once per session (per xdist worker): each test's
@@ -86,7 +126,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Settings]:
+def make_settings(
+    tmp_path: Path, request: pytest.FixtureRequest, database_engine: str
+) -> Callable[..., Settings]:
     database_url = database_url_for(request, tmp_path)  # MCPAUTH_TEST_DATABASE=postgresql
     if database_url.startswith("sqlite:///"):
         shutil.copyfile(request.getfixturevalue("sqlite_template"), tmp_path / "mcpauth.db")

@@ -10,9 +10,11 @@ session, and it dies with the test process if that is killed (parent-death signa
 pytest-xdist each worker has its own session, so its own server on its own free port (database
 names carry the worker's process id as well).
 
-``MCPAUTH_TEST_DATABASE=postgresql`` makes ``make_settings`` (and so every server test) use a
-fresh PostgreSQL database instead of a SQLite file. The server binaries come from
-``scripts/ensure-postgres.sh`` (or ``MCPAUTH_PG_BIN``).
+``MCPAUTH_TEST_DATABASE=postgresql`` makes ``make_settings`` (and so every server test that
+reaches it) use a fresh PostgreSQL database instead of a SQLite file;
+``MCPAUTH_TEST_DATABASE=sqlite,postgresql`` runs each such test under ``tests/server`` once on
+each, in one session (``make test``): the tests that never reach a database run once. The
+server binaries come from ``scripts/ensure-postgres.sh`` (or ``MCPAUTH_PG_BIN``).
 """
 
 from __future__ import annotations
@@ -45,14 +47,29 @@ _PR_SET_PDEATHSIG = 1
 _names = itertools.count(1)
 
 
+def engines_under_test() -> list[str]:
+    """The engines ``make_settings`` hands out, from ``MCPAUTH_TEST_DATABASE``: ``sqlite``
+    (default), ``postgresql``, or both (``sqlite,postgresql``: every test whose fixtures reach
+    ``make_settings`` runs once per engine in the same session, as ``make test`` does)."""
+    engines: list[str] = []
+    for word in os.environ.get(ENGINE_ENV, "sqlite").split(","):
+        value = word.strip().lower()
+        if value in ("postgres", "postgresql", "pg"):
+            engine = "postgresql"
+        elif value in ("", "sqlite"):
+            engine = "sqlite"
+        else:
+            raise pytest.UsageError(
+                f"{ENGINE_ENV}={value!r}: expected sqlite, postgresql or sqlite,postgresql"
+            )
+        if engine not in engines:
+            engines.append(engine)
+    return engines
+
+
 def engine_under_test() -> str:
-    """``sqlite`` (default) or ``postgresql``: the engine ``make_settings`` hands out."""
-    value = os.environ.get(ENGINE_ENV, "sqlite").strip().lower()
-    if value in ("postgres", "postgresql", "pg"):
-        return "postgresql"
-    if value in ("", "sqlite"):
-        return "sqlite"
-    raise pytest.UsageError(f"{ENGINE_ENV}={value!r}: expected sqlite or postgresql")
+    """The engine of a test that is not run once per engine: the first one named."""
+    return engines_under_test()[0]
 
 
 def find_bindir() -> Path:
@@ -327,8 +344,8 @@ def empty_postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
 
 
 def database_url_for(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The database ``make_settings`` uses: a SQLite file, or with ``MCPAUTH_TEST_DATABASE=
-    postgresql`` a fresh PostgreSQL database (the same one for every call within a test)."""
-    if engine_under_test() == "postgresql":
+    """The database ``make_settings`` uses: a SQLite file, or on PostgreSQL (the test's
+    ``database_engine``) a fresh database, the same one for every call within a test."""
+    if request.getfixturevalue("database_engine") == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
     return f"sqlite:///{tmp_path / 'mcpauth.db'}"
