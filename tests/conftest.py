@@ -45,6 +45,7 @@ SLOW_FILES = (  # load, crash and soak tests: real processes under many concurre
     "tests/e2e/test_shutdown.py",
 )
 LANES = ("e2e", "browser", "postgres", "slow", "docker")
+_HEAVY_LAST = ("postgres", "e2e", "slow", "browser", "docker")  # the heaviest last
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects
@@ -62,6 +63,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if not any(item.get_closest_marker(lane) for lane in LANES):
             item.add_marker(pytest.mark.unit)
+    # The modules that start processes, browsers and containers first: xdist hands modules to
+    # the workers in this order, so the longest ones no longer start last and set the tail
+    # while the other workers idle. Stable: each module's tests keep their order.
+    weight: dict[Path, int] = {}
+    for item in items:
+        rank = max(
+            (r for r, lane in enumerate(_HEAVY_LAST, 1) if item.get_closest_marker(lane)), default=0
+        )
+        weight[item.path] = max(weight.get(item.path, 0), rank)
+    items.sort(key=lambda item: -weight[item.path])
 
 
 def pytest_configure(config: pytest.Config) -> None:
