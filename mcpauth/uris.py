@@ -1,6 +1,6 @@
 """URI rules shared by every part: the one URL parser (:func:`parse_url`), canonical resource
-URIs (RFC 8707), loopback hosts, issuer checks (RFC 8414 §2) and well-known URL building by path
-insertion (RFC 8414 §3.1, RFC 9728 §3.1).
+URIs (RFC 8707), loopback hosts, endpoint and issuer checks (RFC 8414 §2) and well-known URL
+building by path insertion (RFC 8414 §3.1, RFC 9728 §3.1).
 
 Every URL that arrives from outside is split by :func:`parse_url`: ``urlsplit`` raises
 ``ValueError`` on a broken IPv6 literal, ``.port`` on a bad port and the IDNA codec a
@@ -140,28 +140,43 @@ def without_trailing_slash(canonical: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
+def check_endpoint(url: str, name: str) -> str:
+    """Validate a URL mcpauth calls or sends browsers to (an endpoint, an issuer) and return it
+    unchanged: https with a host, or plain http on a loopback host; no fragment, no userinfo.
+
+    Raises:
+        URIError: ``url`` breaks one of the rules; the message names ``name`` and the rule.
+    """
+    try:
+        parts = parse_url(url)
+    except MalformedURL as exc:
+        raise URIError(f"{name} is a {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise URIError(f"{name} must be an absolute https URL, got {url!r}")
+    if "#" in url:
+        raise URIError(f"{name} must not have a fragment")
+    if parts.username is not None or parts.password is not None:
+        raise URIError(f"{name} must not contain userinfo")
+    if not secure_or_loopback(parts):
+        raise URIError(f"{name}: http is allowed only on a loopback host; use https")
+    return url
+
+
 def check_issuer(issuer: str) -> str:
     """Validate an issuer identifier (RFC 8414 §2) and return it unchanged, byte for byte.
 
-    https with a host, no query, no fragment; plain http only for loopback hosts.
+    An endpoint (:func:`check_endpoint`: https with a host, plain http only for loopback
+    hosts, no fragment, no userinfo) with no query.
 
     Raises:
         ConfigurationError: the issuer breaks one of the rules.
     """
     try:
-        parts = parse_url(issuer)
-    except MalformedURL as exc:
-        raise ConfigurationError(f"issuer is a {exc}") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"issuer must be an absolute https URL, got {issuer!r}")
-    if parts.query or "?" in issuer:
+        check_endpoint(issuer, "issuer")
+    except URIError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    if "?" in issuer:
         raise ConfigurationError("issuer must not have a query component (RFC 8414 §2)")
-    if parts.fragment or "#" in issuer:
-        raise ConfigurationError("issuer must not have a fragment component (RFC 8414 §2)")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigurationError("issuer must not contain userinfo")
-    if not secure_or_loopback(parts):
-        raise ConfigurationError("an http issuer is allowed only on a loopback host; use https")
     return issuer
 
 

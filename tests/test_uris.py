@@ -1,11 +1,20 @@
-"""Canonical resource URIs (RFC 8707 §2) and well-known URL building (RFC 8414 §3.1)."""
+"""Canonical resource URIs (RFC 8707 §2), endpoint and issuer URLs (RFC 8414 §2) and well-known
+URL building (RFC 8414 §3.1)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mcpauth import uris
-from mcpauth.uris import URIError, canonical_resource, is_loopback_host, well_known_url
+from mcpauth.errors import ConfigurationError
+from mcpauth.uris import (
+    URIError,
+    canonical_resource,
+    check_endpoint,
+    check_issuer,
+    is_loopback_host,
+    well_known_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -118,3 +127,50 @@ def test_canonical_resource_refuses_malformed_urls_with_uri_error(bad: str) -> N
 )
 def test_without_trailing_slash_is_the_form_two_spellings_share(canonical: str, loose: str) -> None:
     assert uris.without_trailing_slash(canonical) == loose
+
+
+@pytest.mark.parametrize(
+    "good",
+    [
+        "https://idp.example/authorize",
+        "https://idp.example/token?tenant=1",
+        "http://127.0.0.1:9000/token",
+        "http://localhost/authorize",
+        "http://[::1]:8080/userinfo",
+    ],
+)
+def test_an_endpoint_is_https_or_loopback_http_and_returned_unchanged(good: str) -> None:
+    assert check_endpoint(good, "token_endpoint") == good
+
+
+@pytest.mark.parametrize(
+    ("bad", "rule"),
+    [
+        ("https://idp.example/token#", "fragment"),
+        ("https://idp.example/token#frag", "fragment"),
+        ("https://user@idp.example/token", "userinfo"),
+        ("https://user:pw@idp.example/token", "userinfo"),
+        ("http://idp.example/token", "loopback"),
+        ("ftp://idp.example/token", "absolute https URL"),
+        ("idp.example/token", "absolute https URL"),
+        ("https:///token", "absolute https URL"),
+        ("https://[::1/token", "malformed URL"),
+    ],
+)
+def test_an_endpoint_breaking_a_rule_is_refused_naming_it(bad: str, rule: str) -> None:
+    with pytest.raises(URIError, match=rf"^token_endpoint\b.*{rule}"):
+        check_endpoint(bad, "token_endpoint")
+
+
+def test_an_endpoint_that_is_not_a_string_is_refused() -> None:
+    with pytest.raises(URIError, match="must be a string"):
+        check_endpoint(42, "jwks_uri")  # type: ignore[arg-type]
+
+
+def test_an_issuer_is_an_endpoint_without_a_query() -> None:
+    assert check_issuer("https://Auth.Example/tenant1/") == "https://Auth.Example/tenant1/"
+    with pytest.raises(ConfigurationError, match="query component"):
+        check_issuer("https://auth.example/?tenant=1")
+    for endpoint_rule in ("https://auth.example/#f", "https://u@auth.example", "http://a.example"):
+        with pytest.raises(ConfigurationError, match=r"^issuer"):
+            check_issuer(endpoint_rule)

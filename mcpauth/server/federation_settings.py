@@ -22,14 +22,7 @@ from pydantic import (
 
 from mcpauth.errors import ConfigurationError
 from mcpauth.oauth import SCOPE_TOKEN
-from mcpauth.uris import (
-    MalformedURL,
-    URIError,
-    canonical_resource,
-    check_issuer,
-    parse_url,
-    secure_or_loopback,
-)
+from mcpauth.uris import URIError, canonical_resource, check_endpoint, check_issuer
 
 _PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
@@ -52,22 +45,6 @@ RESERVED_PARAMETERS = frozenset(
     }
 )  # fmt: skip
 ProviderKind = Literal["oidc", "github", "oauth2"]
-
-
-def _endpoint_url(name: str, value: str) -> str:
-    """An endpoint mcpauth calls or sends browsers to: https (http on a loopback host only),
-    with a host, no fragment, no userinfo."""
-    try:
-        parts = parse_url(value)
-    except MalformedURL as exc:
-        raise ValueError(f"{name} is a {exc}") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{name} must be an absolute https URL")
-    if not secure_or_loopback(parts):
-        raise ValueError(f"{name}: http is allowed only on a loopback host; use https")
-    if parts.fragment or "#" in value or parts.username is not None:
-        raise ValueError(f"{name} must have no fragment and no userinfo")
-    return value
 
 
 class UpstreamProvider(BaseModel):
@@ -179,7 +156,7 @@ class UpstreamProvider(BaseModel):
     @field_validator("authorization_endpoint", "token_endpoint", "userinfo_endpoint")
     @classmethod
     def _endpoints(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else _endpoint_url(str(info.field_name), value)
+        return None if value is None else check_endpoint(value, str(info.field_name))
 
     @field_validator("claim_mapping")
     @classmethod

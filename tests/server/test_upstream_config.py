@@ -1,6 +1,7 @@
 """Upstream providers as configured ([[mcpauth.upstream]] in TOML, MCPAUTH_UPSTREAM in the
 environment), their client secrets (an environment variable or a file, never a setting, never
-printed), `mcpauth idps list`, and the response-size cap on every call to a provider."""
+printed), the endpoints their discovery documents name, `mcpauth idps list`, and the
+response-size cap on every call to a provider."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ import pytest
 from mcpauth.errors import ConfigurationError
 from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.config import UpstreamProvider, load_settings
-from mcpauth.server.identity.upstream import CappedTransport
+from mcpauth.server.identity.upstream import (
+    CappedTransport,
+    ProviderMetadata,
+    UpstreamUnavailable,
+)
 
 from ..readme import readme_block
 from ..support import run_cli
@@ -149,6 +154,33 @@ def test_idps_list_shows_what_to_register_and_never_the_secret(tmp_path: Path) -
     assert kc["client_secret_readable"] is False  # /run/secrets/kc is not there
     assert corp["accounts"] == 0
     assert "the-corp-client-secret" not in listed.stdout + listed.stderr
+
+
+DISCOVERED = {
+    "issuer": "https://idp.example",
+    "authorization_endpoint": "https://idp.example/authorize",
+    "token_endpoint": "https://idp.example/token",
+    "jwks_uri": "https://idp.example/jwks",
+    "id_token_signing_alg_values_supported": ["RS256"],
+}
+
+
+def test_a_discovered_configuration_with_usable_endpoints_is_taken() -> None:
+    metadata = ProviderMetadata.parse(DISCOVERED, "https://idp.example")
+    assert metadata.token_endpoint == "https://idp.example/token"
+
+
+@pytest.mark.parametrize("member", ["authorization_endpoint", "token_endpoint", "jwks_uri"])
+@pytest.mark.parametrize(
+    "value",
+    [None, 7, "http://idp.example/x", "https://idp.example/x#", "https://u@idp.example/x", "/x"],
+)
+def test_a_discovered_endpoint_breaking_the_endpoint_rule_is_refused(
+    member: str, value: object
+) -> None:
+    with pytest.raises(UpstreamUnavailable) as refused:
+        ProviderMetadata.parse({**DISCOVERED, member: value}, "https://idp.example")
+    assert refused.value.reason == f"metadata_{member}"
 
 
 def test_idps_list_check_reports_an_unreachable_provider(

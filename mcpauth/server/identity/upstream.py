@@ -49,7 +49,7 @@ from mcpauth.server.identity.upstream_http import (
     reason,
 )
 from mcpauth.server.outbound import Outbound
-from mcpauth.uris import MalformedURL, parse_url, secure_or_loopback
+from mcpauth.uris import URIError, check_endpoint
 
 __all__ = [
     "CappedTransport",
@@ -68,16 +68,10 @@ KEYS_UNAVAILABLE = "The provider's signing keys cannot be loaded right now"
 
 
 def _endpoint(document: Mapping[str, Any], name: str) -> str:
-    value = document.get(name)
     try:
-        parts = parse_url(value) if isinstance(value, str) else None
-    except MalformedURL:
-        parts = None
-    if parts is None or not parts.hostname or parts.fragment:
-        raise UpstreamUnavailable(f"metadata_{name}")
-    if not secure_or_loopback(parts):
-        raise UpstreamUnavailable(f"metadata_{name}")
-    return str(value)
+        return check_endpoint(document.get(name), name)
+    except URIError:
+        raise UpstreamUnavailable(f"metadata_{name}") from None
 
 
 @dataclass(frozen=True)
