@@ -69,7 +69,7 @@ KEYS_UNAVAILABLE = "The provider's signing keys cannot be loaded right now"
 
 def _endpoint(document: Mapping[str, Any], name: str) -> str:
     try:
-        return check_endpoint(document.get(name), name)
+        return check_endpoint(document.get(name, ""), name)
     except URIError:
         raise UpstreamUnavailable(f"metadata_{name}") from None
 
