@@ -6,9 +6,10 @@ them)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.oauth import format_scope
@@ -36,6 +37,9 @@ from mcpauth.server.storage.models import (
 from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 from mcpauth.uris import URIError, canonical_resource
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class AdminError(ConfigurationError):
     """An admin command cannot do what was asked; the message says why."""
@@ -58,6 +62,7 @@ def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
 
 
 def add_user(ctx: ServerContext, username: str, password: str) -> UserInfo:
+    """Add a user who signs in with ``password`` (hashed with argon2id)."""
     username = username.strip()
     if not username or len(username) > 200:
         raise AdminError("the username must be 1 to 200 characters")
@@ -118,6 +123,7 @@ def add_resource(
     dpop_required: bool = False,
     token_claims: Sequence[str] = (),
 ) -> ResourceInfo:
+    """Add a protected resource; ``scopes`` are ``name`` or ``name=description``."""
     try:
         canonical = canonical_resource(uri)
     except URIError as exc:
@@ -127,48 +133,39 @@ def add_resource(
     unknown = [s for s in default_scopes if s not in scope_map]
     if unknown:
         raise AdminError(f"default scopes not among the resource's scopes: {', '.join(unknown)}")
+    row = Resource(
+        uri=canonical,
+        name=name,
+        scopes=scope_map,
+        default_scopes=list(default_scopes),
+        is_default=is_default,
+        dpop_required=dpop_required,
+        token_claims=claims,
+        created_at=ctx.now(),
+    )
     with ctx.db.write() as session:
         if lookups.get_resource(session, canonical) is not None:
             raise AdminError(f"resource {canonical} already exists")
-        lookups.add_resource(
-            session,
-            Resource(
-                uri=canonical,
-                name=name,
-                scopes=scope_map,
-                default_scopes=list(default_scopes),
-                is_default=is_default,
-                dpop_required=dpop_required,
-                token_claims=claims,
-                created_at=ctx.now(),
-            ),
-        )
+        lookups.add_resource(session, row)
     ctx.resources.refresh()
+    return _resource_info(row)
+
+
+def _resource_info(resource: Resource) -> ResourceInfo:
     return {
-        "uri": canonical,
-        "name": name,
-        "scopes": scope_map,
-        "default_scopes": list(default_scopes),
-        "default": is_default,
-        "dpop_required": dpop_required,
-        "token_claims": claims,
+        "uri": resource.uri,
+        "name": resource.name,
+        "scopes": resource.scopes,
+        "default_scopes": resource.default_scopes,
+        "default": resource.is_default,
+        "dpop_required": resource.dpop_required,
+        "token_claims": resource.token_claims,
     }
 
 
 def list_resources(ctx: ServerContext) -> list[ResourceInfo]:
     with ctx.db.read() as session:
-        return [
-            {
-                "uri": r.uri,
-                "name": r.name,
-                "scopes": r.scopes,
-                "default_scopes": r.default_scopes,
-                "default": r.is_default,
-                "dpop_required": r.dpop_required,
-                "token_claims": r.token_claims,
-            }
-            for r in lookups.list_resources(session)
-        ]
+        return [_resource_info(r) for r in lookups.list_resources(session)]
 
 
 def remove_resource(ctx: ServerContext, uri: str) -> None:
@@ -200,6 +197,8 @@ def add_client(
     exchange_from: Sequence[str] = (),
     exchange_to: Sequence[str] = (),
 ) -> ClientInfo:
+    """Register a client; the result holds ``client_id`` and, for a confidential client,
+    ``client_secret`` (shown once: only its digest is stored)."""
     raw: dict[str, Any] = {"client_name": name, "redirect_uris": list(redirect_uris)}
     if grant_types:
         raw["grant_types"] = list(grant_types)
@@ -358,6 +357,19 @@ def dump(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=False)
 
 
+def _method(
+    operation: Callable[Concatenate[ServerContext, P], R],
+) -> Callable[Concatenate[Admin, P], R]:
+    """``operation`` as a method of :class:`Admin`, on its context: one signature and one
+    docstring for each operation, whether called as a function or on an ``Admin``."""
+
+    @functools.wraps(operation)
+    def method(admin: Admin, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return operation(admin._ctx, *args, **kwargs)
+
+    return method
+
+
 class Admin:
     """The administrative API for Python code: the same operations as the ``mcpauth users``,
     ``resources``, ``clients`` and ``keys`` commands, on the database of ``settings``::
@@ -398,87 +410,14 @@ class Admin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def add_user(self, username: str, password: str) -> UserInfo:
-        """Add a user who signs in with ``password`` (hashed with argon2id)."""
-        return add_user(self._ctx, username, password)
-
-    def list_users(self) -> list[UserListing]:
-        return list_users(self._ctx)
-
-    def remove_user(self, username: str) -> None:
-        remove_user(self._ctx, username)
-
-    def add_resource(
-        self,
-        uri: str,
-        *,
-        name: str = "",
-        scopes: Sequence[str] = (),
-        default_scopes: Sequence[str] = (),
-        is_default: bool = False,
-        dpop_required: bool = False,
-        token_claims: Sequence[str] = (),
-    ) -> ResourceInfo:
-        """Add a protected resource; ``scopes`` are ``name`` or ``name=description``."""
-        return add_resource(
-            self._ctx,
-            uri,
-            name=name,
-            scopes=scopes,
-            default_scopes=default_scopes,
-            is_default=is_default,
-            dpop_required=dpop_required,
-            token_claims=token_claims,
-        )
-
-    def list_resources(self) -> list[ResourceInfo]:
-        return list_resources(self._ctx)
-
-    def remove_resource(self, uri: str) -> None:
-        remove_resource(self._ctx, uri)
-
-    def add_client(
-        self,
-        *,
-        name: str,
-        redirect_uris: Sequence[str] = (),
-        grant_types: Sequence[str] = (),
-        auth_method: str | None = None,
-        jwks_uri: str | None = None,
-        jwks: dict[str, Any] | None = None,
-        scopes: Sequence[str] = (),
-        first_party: bool = False,
-        introspect: bool = False,
-        dpop_bound: bool = False,
-        exchange_from: Sequence[str] = (),
-        exchange_to: Sequence[str] = (),
-    ) -> ClientInfo:
-        """Register a client; the result holds ``client_id`` and, for a confidential client,
-        ``client_secret`` (shown once: only its digest is stored)."""
-        return add_client(
-            self._ctx,
-            name=name,
-            redirect_uris=redirect_uris,
-            grant_types=grant_types,
-            auth_method=auth_method,
-            jwks_uri=jwks_uri,
-            jwks=jwks,
-            scopes=scopes,
-            first_party=first_party,
-            introspect=introspect,
-            dpop_bound=dpop_bound,
-            exchange_from=exchange_from,
-            exchange_to=exchange_to,
-        )
-
-    def list_clients(self) -> list[ClientListing]:
-        return list_clients(self._ctx)
-
-    def remove_client(self, client_id: str) -> None:
-        remove_client(self._ctx, client_id)
-
-    def list_keys(self) -> list[KeyInfo]:
-        return list_keys(self._ctx)
-
-    def rotate_keys(self) -> RotatedKey:
-        return rotate_keys(self._ctx)
+    add_user = _method(add_user)
+    list_users = _method(list_users)
+    remove_user = _method(remove_user)
+    add_resource = _method(add_resource)
+    list_resources = _method(list_resources)
+    remove_resource = _method(remove_resource)
+    add_client = _method(add_client)
+    list_clients = _method(list_clients)
+    remove_client = _method(remove_client)
+    list_keys = _method(list_keys)
+    rotate_keys = _method(rotate_keys)
