@@ -1,12 +1,14 @@
 """What the command groups share: the error for bad input, the ``--database``/``--config``
-options and the settings and admin context they give, JSON output, and commands whose extra
-is not installed. Cheap to import: the server is imported by the functions that use it."""
+options and the settings and admin context they give, an admin group's parser (and the
+``add|list|remove`` one, with its dispatch), JSON output, and commands whose extra is not
+installed. Cheap to import: the server is imported by the functions that use it."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from mcpauth.errors import MCPAuthError
@@ -23,13 +25,48 @@ def add_database_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (MCPAUTH_CONFIG)")
 
 
-def admin_actions(group: argparse.ArgumentParser, actions: Any, handler: Handler) -> None:
-    """Every action of an admin command ``group`` (its ``actions`` subparsers) reads the
-    database options and runs ``handler``."""
+@contextmanager
+def admin_group(sub: Any, name: str, help: str, handler: Handler) -> Iterator[Any]:
+    """``mcpauth NAME ACTION``: the block adds the actions (to the subparsers it is given);
+    then each reads the database options and runs ``handler``."""
+    group = sub.add_parser(name, help=help)
+    actions = group.add_subparsers(dest="action", required=True)
+    yield actions
     group.set_defaults(handler=handler)
     for child in actions.choices.values():
         add_database_options(child)
         child.set_defaults(handler=handler)
+
+
+@contextmanager
+def record_group(
+    sub: Any, name: str, help: str, handler: Handler, *, add_help: str, noun: str, key: str
+) -> Iterator[argparse.ArgumentParser]:
+    """``mcpauth NAME add|list|remove`` over one kind of record (a ``noun``, removed by its
+    ``key``): the block adds the ``add`` action's arguments to the parser it is given."""
+    with admin_group(sub, name, help, handler) as actions:
+        yield actions.add_parser("add", help=add_help)
+        actions.add_parser("list", help=f"list {name}")
+        actions.add_parser("remove", help=f"remove a {noun}").add_argument(key)
+
+
+def run_record_action(
+    args: argparse.Namespace,
+    *,
+    add: Callable[[Any], object],
+    listing: Callable[[Any], object],
+    remove: Callable[[Any], None],
+) -> int:
+    """Run a :func:`record_group` action on the admin context: ``add`` and ``listing`` print
+    what they return as JSON; ``remove`` prints nothing."""
+    ctx = open_admin(args)
+    if args.action == "add":
+        print_json(add(ctx))
+    elif args.action == "list":
+        print_json(listing(ctx))
+    else:
+        remove(ctx)
+    return 0
 
 
 def settings(args: argparse.Namespace, **flags: Any) -> Any:

@@ -6,73 +6,75 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mcpauth.cli._shared import CommandError, admin_actions, open_admin, print_json
+from mcpauth.cli._shared import CommandError, record_group, run_record_action
 
 
 def add_parser(sub: Any) -> None:
-    group = sub.add_parser("clients", help="manage clients")
-    clients = group.add_subparsers(dest="action", required=True)
-    p = clients.add_parser("add", help="pre-register a client; prints its credentials once")
-    p.add_argument("--name", required=True)
-    p.add_argument("--redirect-uri", action="append", default=[], metavar="U")
-    p.add_argument("--grant-type", action="append", default=[], metavar="T")
-    p.add_argument("--auth-method", metavar="M")
-    jwks = p.add_mutually_exclusive_group()
-    jwks.add_argument("--jwks-uri", metavar="U")
-    jwks.add_argument("--jwks-file", metavar="F")
-    p.add_argument("--scope", action="append", default=[], metavar="S")
-    p.add_argument("--first-party", action="store_true", help="skip the consent page")
-    p.add_argument("--introspect", action="store_true", help="may call the introspection endpoint")
-    p.add_argument(
-        "--dpop-bound", action="store_true", help="its tokens must be DPoP-bound (RFC 9449 §5.2)"
-    )
-    p.add_argument(
-        "--exchange-from",
-        action="append",
-        default=[],
-        metavar="URI",
-        help="token exchange: a resource whose tokens it may exchange (usually its own URL)",
-    )
-    p.add_argument(
-        "--exchange-to",
-        action="append",
-        default=[],
-        metavar="URI",
-        help="token exchange: a resource it may get tokens for, as its caller",
-    )
-    clients.add_parser("list", help="list clients")
-    clients.add_parser("remove", help="remove a client").add_argument("client_id")
-    admin_actions(group, clients, cmd_clients)
+    with record_group(
+        sub,
+        "clients",
+        "manage clients",
+        cmd_clients,
+        add_help="pre-register a client; prints its credentials once",
+        noun="client",
+        key="client_id",
+    ) as p:
+        p.add_argument("--name", required=True)
+        p.add_argument("--redirect-uri", action="append", default=[], metavar="U")
+        p.add_argument("--grant-type", action="append", default=[], metavar="T")
+        p.add_argument("--auth-method", metavar="M")
+        jwks = p.add_mutually_exclusive_group()
+        jwks.add_argument("--jwks-uri", metavar="U")
+        jwks.add_argument("--jwks-file", metavar="F")
+        p.add_argument("--scope", action="append", default=[], metavar="S")
+        p.add_argument("--first-party", action="store_true", help="skip the consent page")
+        p.add_argument(
+            "--introspect", action="store_true", help="may call the introspection endpoint"
+        )
+        p.add_argument(
+            "--dpop-bound",
+            action="store_true",
+            help="its tokens must be DPoP-bound (RFC 9449 §5.2)",
+        )
+        p.add_argument(
+            "--exchange-from",
+            action="append",
+            default=[],
+            metavar="URI",
+            help="token exchange: a resource whose tokens it may exchange (usually its own URL)",
+        )
+        p.add_argument(
+            "--exchange-to",
+            action="append",
+            default=[],
+            metavar="URI",
+            help="token exchange: a resource it may get tokens for, as its caller",
+        )
 
 
 def cmd_clients(args: argparse.Namespace) -> int:
     from mcpauth.server import admin
 
-    ctx = open_admin(args)
-    if args.action == "add":
-        jwks = _read_jwks(args.jwks_file) if args.jwks_file else None
-        print_json(
-            admin.add_client(
-                ctx,
-                name=args.name,
-                redirect_uris=args.redirect_uri,
-                grant_types=args.grant_type,
-                auth_method=args.auth_method,
-                jwks_uri=args.jwks_uri,
-                jwks=jwks,
-                scopes=args.scope,
-                first_party=args.first_party,
-                introspect=args.introspect,
-                dpop_bound=args.dpop_bound,
-                exchange_from=args.exchange_from,
-                exchange_to=args.exchange_to,
-            )
-        )
-    elif args.action == "list":
-        print_json(admin.list_clients(ctx))
-    else:
-        admin.remove_client(ctx, args.client_id)
-    return 0
+    return run_record_action(
+        args,
+        add=lambda ctx: admin.add_client(
+            ctx,
+            name=args.name,
+            redirect_uris=args.redirect_uri,
+            grant_types=args.grant_type,
+            auth_method=args.auth_method,
+            jwks_uri=args.jwks_uri,
+            jwks=_read_jwks(args.jwks_file) if args.jwks_file else None,
+            scopes=args.scope,
+            first_party=args.first_party,
+            introspect=args.introspect,
+            dpop_bound=args.dpop_bound,
+            exchange_from=args.exchange_from,
+            exchange_to=args.exchange_to,
+        ),
+        listing=admin.list_clients,
+        remove=lambda ctx: admin.remove_client(ctx, args.client_id),
+    )
 
 
 def _read_jwks(path: str) -> Any:

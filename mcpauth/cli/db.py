@@ -7,15 +7,13 @@ import sys
 import time
 from typing import Any
 
-from mcpauth.cli._shared import admin_actions, open_admin, print_json, settings
+from mcpauth.cli._shared import admin_group, open_admin, print_json, settings
 
 
 def add_parser(sub: Any) -> None:
-    group = sub.add_parser("db", help="database schema")
-    db = group.add_subparsers(dest="action", required=True)
-    db.add_parser("upgrade", help="apply migrations")
-    db.add_parser("prune", help="delete expired state now (serve also does it periodically)")
-    admin_actions(group, db, cmd_db)
+    with admin_group(sub, "db", "database schema", cmd_db) as db:
+        db.add_parser("upgrade", help="apply migrations")
+        db.add_parser("prune", help="delete expired state now (serve also does it periodically)")
 
 
 def cmd_db(args: argparse.Namespace) -> int:

@@ -10,41 +10,42 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcpauth.cli._shared import CommandError, admin_actions, open_admin, print_json, settings
+from mcpauth.cli._shared import CommandError, admin_group, open_admin, print_json, settings
 
 
 def add_parser(sub: Any) -> None:
-    group = sub.add_parser(
+    with admin_group(
+        sub,
         "idps",
-        help="upstream identity providers (configured in settings: [[mcpauth.upstream]])",
-    )
-    idps = group.add_subparsers(dest="action", required=True)
-    p = idps.add_parser("list", help="list the providers people sign in with")
-    p.add_argument("--check", action="store_true", help="fetch each one's OpenID configuration")
-    p = idps.add_parser("add", help="add a provider to the settings file (--config)")
-    p.add_argument("id", help="in the redirect URI: <issuer>/upstream/<id>/callback")
-    p.add_argument("--name", required=True, help='the button says "Continue with NAME"')
-    p.add_argument("--kind", choices=["oidc", "github", "oauth2"])
-    p.add_argument("--issuer", help="the OpenID issuer (github: github.com or a GHES URL)")
-    p.add_argument("--client-id", required=True, help="mcpauth's client id at the provider")
-    secret = p.add_mutually_exclusive_group()
-    secret.add_argument("--client-secret-env", metavar="VAR", help="the secret's variable")
-    secret.add_argument("--client-secret-file", metavar="FILE", help="the secret's file")
-    for flag, meta, text in (
-        ("--scope", "SCOPE", "a scope to ask for (repeat; default by kind)"),
-        ("--allowed-email-domain", "DOMAIN", "only verified emails at DOMAIN (repeat)"),
-        ("--require-claim", "NAME=VALUE", "an ID token claim holding VALUE (repeat)"),
-        ("--claim-map", "CLAIM=PATH", "oauth2: where the user API has CLAIM (repeat)"),
-        ("--param", "NAME=VALUE", "an authorization request parameter (repeat)"),
-        ("--release-to", "URI", "a resource that may exchange for kept tokens (repeat)"),
-    ):
-        p.add_argument(flag, action="append", default=[], metavar=meta, help=text)
-    for flag in ("--authorization-endpoint", "--token-endpoint", "--userinfo-endpoint"):
-        p.add_argument(flag, metavar="URL", help="oauth2: the provider's endpoint")
-    p.add_argument("--keep-tokens", action="store_true", help="keep people's provider tokens")
-    p.add_argument("--check", action="store_true", help="fetch its OpenID configuration")
-    idps.add_parser("remove", help="remove a provider from the settings file").add_argument("id")
-    admin_actions(group, idps, cmd_idps)
+        "upstream identity providers (configured in settings: [[mcpauth.upstream]])",
+        cmd_idps,
+    ) as idps:
+        p = idps.add_parser("list", help="list the providers people sign in with")
+        p.add_argument("--check", action="store_true", help="fetch each one's OpenID configuration")
+        p = idps.add_parser("add", help="add a provider to the settings file (--config)")
+        p.add_argument("id", help="in the redirect URI: <issuer>/upstream/<id>/callback")
+        p.add_argument("--name", required=True, help='the button says "Continue with NAME"')
+        p.add_argument("--kind", choices=["oidc", "github", "oauth2"])
+        p.add_argument("--issuer", help="the OpenID issuer (github: github.com or a GHES URL)")
+        p.add_argument("--client-id", required=True, help="mcpauth's client id at the provider")
+        secret = p.add_mutually_exclusive_group()
+        secret.add_argument("--client-secret-env", metavar="VAR", help="the secret's variable")
+        secret.add_argument("--client-secret-file", metavar="FILE", help="the secret's file")
+        for flag, meta, text in (
+            ("--scope", "SCOPE", "a scope to ask for (repeat; default by kind)"),
+            ("--allowed-email-domain", "DOMAIN", "only verified emails at DOMAIN (repeat)"),
+            ("--require-claim", "NAME=VALUE", "an ID token claim holding VALUE (repeat)"),
+            ("--claim-map", "CLAIM=PATH", "oauth2: where the user API has CLAIM (repeat)"),
+            ("--param", "NAME=VALUE", "an authorization request parameter (repeat)"),
+            ("--release-to", "URI", "a resource that may exchange for kept tokens (repeat)"),
+        ):
+            p.add_argument(flag, action="append", default=[], metavar=meta, help=text)
+        for flag in ("--authorization-endpoint", "--token-endpoint", "--userinfo-endpoint"):
+            p.add_argument(flag, metavar="URL", help="oauth2: the provider's endpoint")
+        p.add_argument("--keep-tokens", action="store_true", help="keep people's provider tokens")
+        p.add_argument("--check", action="store_true", help="fetch its OpenID configuration")
+        remove = idps.add_parser("remove", help="remove a provider from the settings file")
+        remove.add_argument("id")
 
 
 def cmd_idps(args: argparse.Namespace) -> int:

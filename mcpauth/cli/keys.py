@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mcpauth.cli._shared import admin_actions, open_admin, print_json
+from mcpauth.cli._shared import admin_group, open_admin, print_json
 
 
 def add_parser(sub: Any) -> None:
-    group = sub.add_parser("keys", help="signing keys")
-    keys = group.add_subparsers(dest="action", required=True)
-    keys.add_parser("list", help="list signing keys")
-    keys.add_parser("rotate", help="publish a new signing key")
-    admin_actions(group, keys, cmd_keys)
+    with admin_group(sub, "keys", "signing keys", cmd_keys) as keys:
+        keys.add_parser("list", help="list signing keys")
+        keys.add_parser("rotate", help="publish a new signing key")
 
 
 def cmd_keys(args: argparse.Namespace) -> int:

@@ -7,31 +7,26 @@ import getpass
 import sys
 from typing import Any
 
-from mcpauth.cli._shared import CommandError, admin_actions, open_admin, print_json
+from mcpauth.cli._shared import CommandError, record_group, run_record_action
 
 
 def add_parser(sub: Any) -> None:
-    group = sub.add_parser("users", help="manage users")
-    users = group.add_subparsers(dest="action", required=True)
-    p = users.add_parser("add", help="add a user")
-    p.add_argument("name")
-    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    users.add_parser("list", help="list users")
-    users.add_parser("remove", help="remove a user").add_argument("name")
-    admin_actions(group, users, cmd_users)
+    with record_group(
+        sub, "users", "manage users", cmd_users, add_help="add a user", noun="user", key="name"
+    ) as p:
+        p.add_argument("name")
+        p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
 
 
 def cmd_users(args: argparse.Namespace) -> int:
     from mcpauth.server import admin
 
-    ctx = open_admin(args)
-    if args.action == "add":
-        print_json(admin.add_user(ctx, args.name, _read_password(args)))
-    elif args.action == "list":
-        print_json(admin.list_users(ctx))
-    else:
-        admin.remove_user(ctx, args.name)
-    return 0
+    return run_record_action(
+        args,
+        add=lambda ctx: admin.add_user(ctx, args.name, _read_password(args)),
+        listing=admin.list_users,
+        remove=lambda ctx: admin.remove_user(ctx, args.name),
+    )
 
 
 def _read_password(args: argparse.Namespace) -> str:
