@@ -1,5 +1,6 @@
 """The form POST origin rule: what each browser sends for the server's own forms is accepted,
-what another site can make a browser send is refused (see mcpauth.server.browser.csrf)."""
+what another site can make a browser send is refused (see mcpauth.server.browser.csrf); and
+the per-form token, good for one form of one session."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from urllib.parse import urljoin
 import httpx2
 import pytest
 
-from mcpauth.server.browser.csrf import cross_site_reason
+from mcpauth.server.browser.csrf import cross_site_reason, csrf_token, csrf_valid
 
 from ..oauth import forms
 from .test_interaction import consent_page
@@ -42,6 +43,21 @@ anyio = pytest.mark.anyio
 )
 def test_form_origin_rule(headers: dict[str, str], accepted: bool) -> None:
     assert (cross_site_reason(headers, OWN) is None) is accepted
+
+
+def test_a_form_token_is_good_for_its_own_session_and_form_only() -> None:
+    secret = b"k" * 32
+    token = csrf_token(secret, "sid-1", "consent:abc")
+    assert csrf_valid(secret, "sid-1", "consent:abc", token)
+    assert not csrf_valid(secret, "sid-2", "consent:abc", token)
+    assert not csrf_valid(secret, "sid-1", "consent:xyz", token)
+    assert not csrf_valid(b"o" * 32, "sid-1", "consent:abc", token)
+
+
+@pytest.mark.parametrize("posted", [None, "", 7, b"bytes", ["a", "list"], object()])
+def test_a_form_token_field_that_is_not_a_token_is_refused(posted: object) -> None:
+    # a missing field, an empty one, or an upload in its place: never an error, never valid
+    assert not csrf_valid(b"k" * 32, "sid-1", "consent:abc", posted)
 
 
 @anyio

@@ -243,9 +243,8 @@ async def _refused_form(
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
-    token = form.get("csrf_token")
     if browser.user_id is None or not csrf.csrf_valid(
-        ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE, token if isinstance(token, str) else None
+        ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE, form.get("csrf_token")
     ):
         return error_page("invalid_request", "The form has expired. Reload the page.", 403)
     return None

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.browser import csrf
-from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
+from mcpauth.server.browser.login import expired_form, refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.services import BrowserServices, browser_services
@@ -207,19 +207,12 @@ async def unlink(request: Request) -> Response:
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token, provider_id = form.get("csrf_token"), form.get("provider_id")
-    if not csrf.csrf_valid(
-        ctx.cookie_secret,
-        browser.sid,
-        UNLINK_PURPOSE,
-        token if isinstance(token, str) else None,
-    ) or not isinstance(provider_id, str):
-        return error_page(
-            "invalid_request",
+    genuine = csrf.csrf_valid(ctx.cookie_secret, browser.sid, UNLINK_PURPOSE, token)
+    if not genuine or not isinstance(provider_id, str):
+        return expired_form(
             "The account page had expired, so nothing was removed.",
-            403,
-            title="This page has expired",
-            back_url=account,
-            back_label="Back to your account",
+            account,
+            "Back to your account",
         )
     stale = may_link(browser, ctx.now())  # removing a way in needs a recent sign-in too
     if stale is not None:

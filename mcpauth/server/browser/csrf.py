@@ -53,8 +53,9 @@ def csrf_token(secret: bytes, sid: str, purpose: str) -> str:
     return hmac.new(secret, f"{sid}:{purpose}".encode(), hashlib.sha256).hexdigest()
 
 
-def csrf_valid(secret: bytes, sid: str, purpose: str, token: str | None) -> bool:
-    """Whether ``token`` is the one :func:`csrf_token` made for this session and form."""
-    if not token:
+def csrf_valid(secret: bytes, sid: str, purpose: str, token: object) -> bool:
+    """Whether ``token`` (a form's field as posted: a string, a file, missing) is the one
+    :func:`csrf_token` made for this session and form."""
+    if not isinstance(token, str) or not token:
         return False
     return same_secret(csrf_token(secret, sid, purpose), token)

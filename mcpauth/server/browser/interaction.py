@@ -13,7 +13,7 @@ from mcpauth.errors import AccessDenied, OAuthError
 from mcpauth.oauth import format_scope, parse_scope
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
-from mcpauth.server.browser.login import refuse_cross_site
+from mcpauth.server.browser.login import expired_form, expired_sign_in, refuse_cross_site
 from mcpauth.server.browser.outcomes import (
     AuthorizationRequest,
     code_redirect,
@@ -252,29 +252,20 @@ def _proceed(
             403,
         )
     signed_in = browser.user_id is not None and (req.prompt != "login" or req.signed_in_here)
-    if not signed_in:
-        if req.prompt == "none":
-            return error_redirect(
-                ctx.settings.issuer,
-                client,
-                req.redirect_uri,
-                req.state,
-                LoginRequired("The user is not signed in"),
-            )
-        return _SignInNeeded(interaction.id, client)
     user_id = browser.user_id or ""
-    if _needs_consent(ctx, req, client, user_id):
-        if req.prompt == "none":
-            return error_redirect(
-                ctx.settings.issuer,
-                client,
-                req.redirect_uri,
-                req.state,
-                ConsentRequired("The user has not approved this client"),
-            )
-        return _consent_page(ctx, browser, interaction, client, req)
-    code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
-    return code_redirect(ctx.settings.issuer, req, code)
+    if signed_in and not _needs_consent(ctx, req, client, user_id):
+        code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
+        return code_redirect(ctx.settings.issuer, req, code)
+    if req.prompt == "none":  # OpenID Connect Core §3.1.2.1: no page; the error goes back
+        error: OAuthError = (
+            ConsentRequired("The user has not approved this client")
+            if signed_in
+            else LoginRequired("The user is not signed in")
+        )
+        return error_redirect(ctx.settings.issuer, client, req.redirect_uri, req.state, error)
+    if not signed_in:
+        return _SignInNeeded(interaction.id, client)
+    return _consent_page(ctx, browser, interaction, client, req)
 
 
 async def show(request: Request) -> Response:
@@ -302,19 +293,9 @@ async def _forged(
     if refused is not None:
         return refused
     form = await request.form(max_files=0, max_fields=50, max_part_size=4096)
-    token = form.get("csrf_token")
     purpose = f"login:{interaction_id}"
-    if not csrf.csrf_valid(
-        ctx.cookie_secret, browser.sid, purpose, token if isinstance(token, str) else None
-    ):
-        return error_page(
-            "invalid_request",
-            "The sign-in form had expired or was sent twice, so nothing was done.",
-            403,
-            title="This page has expired",
-            back_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
-            back_label="Sign in again",
-        )
+    if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, purpose, form.get("csrf_token")):
+        return expired_sign_in(ctx.endpoint_url(f"interaction/{interaction_id}"))
     return None
 
 
@@ -404,19 +385,11 @@ async def consent(request: Request) -> Response:
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     token = form.get("csrf_token")
     action = form.get("action")
-    if not csrf.csrf_valid(
-        ctx.cookie_secret,
-        browser.sid,
-        f"consent:{interaction_id}",
-        token if isinstance(token, str) else None,
-    ):
-        return error_page(
-            "invalid_request",
+    if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, f"consent:{interaction_id}", token):
+        return expired_form(
             "The consent form had expired or was sent twice, so nothing was done.",
-            403,
-            title="This page has expired",
-            back_url=ctx.endpoint_url(f"interaction/{interaction_id}"),
-            back_label="Show the request again",
+            ctx.endpoint_url(f"interaction/{interaction_id}"),
+            "Show the request again",
         )
     if action not in ("approve", "deny"):
         return error_page("invalid_request", "Choose approve or deny.", 400)

@@ -85,6 +85,28 @@ def refuse_cross_site(issuer: str, request: Request) -> Response | None:
     )
 
 
+def expired_form(description: str, back_url: str | None, back_label: str) -> Response:
+    """403 for a form whose CSRF token is not this session's for it (an old page, a form sent
+    twice): ``description`` says that nothing was done, and a link goes back."""
+    return error_page(
+        "invalid_request",
+        description,
+        403,
+        title="This page has expired",
+        back_url=back_url,
+        back_label=back_label,
+    )
+
+
+def expired_sign_in(retry_url: str) -> Response:
+    """:func:`expired_form` for a sign-in form, the built-in one or an application's own."""
+    return expired_form(
+        "The sign-in form had expired or was sent twice, so nothing was done.",
+        retry_url,
+        "Sign in again",
+    )
+
+
 def locked_page(seconds: int, retry_url: str, now: int) -> Response:
     """429 with the wait in words, the time it ends and a way to try again."""
     minutes = -(-seconds // 60)
@@ -165,14 +187,7 @@ async def attempt_login(
     form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, purpose, fields.get("csrf_token")):
-        return error_page(
-            "invalid_request",
-            "The sign-in form had expired or was sent twice, so nothing was done.",
-            403,
-            title="This page has expired",
-            back_url=retry_url,
-            back_label="Sign in again",
-        )
+        return expired_sign_in(retry_url)
     username = fields.get("username", "").strip()
     password = fields.get("password", "")
     if not username or not password:

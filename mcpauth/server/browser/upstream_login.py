@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.browser import account_links, csrf
-from mcpauth.server.browser.login import refuse_cross_site, upstream_purpose
+from mcpauth.server.browser.login import expired_form, refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.outcomes import AuthorizationRequest, see_other
 from mcpauth.server.browser.pages import error_page
 from mcpauth.server.browser.services import BrowserServices, browser_services
@@ -102,20 +102,11 @@ async def _start(
         return refused
     form = await request.form(max_files=0, max_fields=5, max_part_size=1024)
     token = form.get("csrf_token")
-    back = back_to(ctx.settings, target)
-    if not csrf.csrf_valid(
-        ctx.cookie_secret,
-        browser.sid,
-        upstream_purpose(target),
-        token if isinstance(token, str) else None,
-    ):
-        return error_page(
-            "invalid_request",
+    if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, upstream_purpose(target), token):
+        return expired_form(
             "The sign-in page had expired, so nothing was done.",
-            403,
-            title="This page has expired",
-            back_url=back,
-            back_label="Back to sign-in",
+            back_to(ctx.settings, target),
+            "Back to sign-in",
         )
     now = ctx.now()
     expires_at = now + MAX_LOGIN_SECONDS
