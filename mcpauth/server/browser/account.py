@@ -70,30 +70,10 @@ class Access:
 class Application:
     """One connected application: every live grant of the user for one client."""
 
-    view: ClientView
+    client: ClientView
     access: list[Access]
     last_used: str
     revoke_url: str
-
-    @property
-    def client_id(self) -> str:
-        return self.view.client_id
-
-    @property
-    def name(self) -> str:
-        return self.view.name
-
-    @property
-    def unverified(self) -> bool:
-        return self.view.unverified
-
-    @property
-    def origin(self) -> str:
-        return self.view.origin
-
-    @property
-    def label(self) -> str:
-        return self.view.label
 
 
 def _applications(
