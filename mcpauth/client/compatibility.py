@@ -121,16 +121,11 @@ class ServerCompatibility:
     def token_form(self, form: dict[str, str]) -> dict[str, str]:
         """A token request's form with ``resource`` and ``scope`` as this server takes them."""
         adapted = dict(form)
-        if "resource" in adapted:
-            resource = self.resource_for(adapted["resource"])
-            if resource is None:
-                del adapted["resource"]
-            else:
-                adapted["resource"] = resource
-        if "scope" in adapted:
-            scope = self.scope_out(adapted["scope"])
-            if scope is None:
-                del adapted["scope"]
-            else:
-                adapted["scope"] = scope
+        for name, adapt in (("resource", self.resource_for), ("scope", self.scope_out)):
+            if name in adapted:
+                value = adapt(adapted[name])
+                if value is None:
+                    del adapted[name]
+                else:
+                    adapted[name] = value  # in its place: the form keeps its order
         return adapted

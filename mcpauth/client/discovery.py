@@ -10,11 +10,11 @@ byte for byte. Servers from 2025-03-26 without PRM get the old fallbacks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse, get
 from mcpauth.client.challenge import BearerChallenge
@@ -35,6 +35,7 @@ ServerSelector = Callable[[list[str]], str]
 """Picks one issuer from the ``authorization_servers`` a resource lists (MCP leaves it to us)."""
 
 PRM_SUFFIX = "oauth-protected-resource"
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,23 @@ def legacy_metadata(server_url: str) -> AuthorizationServerMetadata:
     )
 
 
+def _first_document(
+    urls: Iterable[str], model: type[_Model]
+) -> Generator[HTTPRequest, HTTPResponse, tuple[str, _Model] | None]:
+    """The first of ``urls`` that answers 200 with a JSON object ``model`` accepts, and its
+    URL; ``None`` when none does (a missing, unreadable or invalid document is passed over)."""
+    for url in urls:
+        response = yield get(url)
+        document = response.json_object() if response.status_code == 200 else None
+        if document is None:
+            continue
+        try:
+            return url, model.model_validate(document)
+        except ValidationError:
+            continue
+    return None
+
+
 def fetch_protected_resource(
     server_url: str, challenge: BearerChallenge | None
 ) -> Generator[HTTPRequest, HTTPResponse, ProtectedResourceMetadata | None]:
@@ -133,21 +151,16 @@ def fetch_protected_resource(
         UnsafeURL: the ``resource_metadata`` URL is not http(s).
     """
     hinted = challenge.resource_metadata if challenge else None
-    for url in prm_urls(server_url, hinted):
-        response = yield get(check_url(url, "resource metadata URL"))
-        document = response.json_object() if response.status_code == 200 else None
-        if document is None:
-            continue
-        try:
-            prm = ProtectedResourceMetadata.model_validate(document)
-        except ValidationError:
-            continue
-        if not resource_matches(prm.resource, server_url):
-            raise ResourceMismatch(
-                f"protected resource metadata is for {prm.resource!r}, not {server_url!r}"
-            )
-        return prm
-    return None
+    urls = (check_url(url, "resource metadata URL") for url in prm_urls(server_url, hinted))
+    found = yield from _first_document(urls, ProtectedResourceMetadata)
+    if found is None:
+        return None
+    prm = found[1]
+    if not resource_matches(prm.resource, server_url):
+        raise ResourceMismatch(
+            f"protected resource metadata is for {prm.resource!r}, not {server_url!r}"
+        )
+    return prm
 
 
 def fetch_metadata(
@@ -161,22 +174,16 @@ def fetch_metadata(
     Raises:
         IssuerMismatch: the document's ``issuer`` is not ``issuer`` exactly (RFC 8414 §3.3).
     """
-    for url in metadata_urls(issuer):
-        response = yield get(url)
-        document = response.json_object() if response.status_code == 200 else None
-        if document is None:
-            continue
-        try:
-            metadata = AuthorizationServerMetadata.model_validate(document)
-        except ValidationError:
-            continue
-        # MCP 2026-07-28: issuer MUST be identical; no normalization of any kind.
-        if metadata.issuer != issuer and not (legacy and origin(metadata.issuer) == issuer):
-            raise IssuerMismatch(
-                f"metadata at {url} names issuer {metadata.issuer!r}, expected {issuer!r}"
-            )
-        return metadata
-    return None
+    found = yield from _first_document(metadata_urls(issuer), AuthorizationServerMetadata)
+    if found is None:
+        return None
+    url, metadata = found
+    # MCP 2026-07-28: issuer MUST be identical; no normalization of any kind.
+    if metadata.issuer != issuer and not (legacy and origin(metadata.issuer) == issuer):
+        raise IssuerMismatch(
+            f"metadata at {url} names issuer {metadata.issuer!r}, expected {issuer!r}"
+        )
+    return metadata
 
 
 def first_server(servers: list[str]) -> str:

@@ -16,10 +16,10 @@ import abc
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from filelock import FileLock
 
@@ -59,6 +59,15 @@ class TokenStorage(Protocol):
         """Drop the discovery result for ``server_url`` and the tokens it led to."""
 
 
+_T = TypeVar("_T")
+
+
+class _Stored(Protocol):
+    """A value kept in the document as its JSON form."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
 class _DocumentStorage(abc.ABC):
     """The three maps as one JSON-shaped document; subclasses decide where it lives."""
 
@@ -70,29 +79,31 @@ class _DocumentStorage(abc.ABC):
         with self._edit() as document:
             return document
 
+    def _get(self, section: str, key: str, parse: Callable[[dict[str, Any]], _T]) -> _T | None:
+        data = self._read()[section].get(key)
+        return parse(data) if data else None
+
+    def _set(self, section: str, key: str, value: _Stored) -> None:
+        with self._edit() as document:
+            document[section][key] = value.to_json()
+
     def get_discovery(self, server_url: str) -> Discovery | None:
-        data = self._read()["discovery"].get(server_url)
-        return Discovery.from_json(data) if data else None
+        return self._get("discovery", server_url, Discovery.from_json)
 
     def set_discovery(self, server_url: str, discovery: Discovery) -> None:
-        with self._edit() as document:
-            document["discovery"][server_url] = discovery.to_json()
+        self._set("discovery", server_url, discovery)
 
     def get_client(self, issuer: str) -> ClientCredentials | None:
-        data = self._read()["clients"].get(issuer)
-        return ClientCredentials.from_json(data) if data else None
+        return self._get("clients", issuer, ClientCredentials.from_json)
 
     def set_client(self, issuer: str, client: ClientCredentials) -> None:
-        with self._edit() as document:
-            document["clients"][issuer] = client.to_json()
+        self._set("clients", issuer, client)
 
     def get_tokens(self, key: TokenKey) -> TokenSet | None:
-        data = self._read()["tokens"].get(str(key))
-        return TokenSet.from_json(data) if data else None
+        return self._get("tokens", str(key), TokenSet.from_json)
 
     def set_tokens(self, key: TokenKey, tokens: TokenSet) -> None:
-        with self._edit() as document:
-            document["tokens"][str(key)] = tokens.to_json()
+        self._set("tokens", str(key), tokens)
 
     def delete_tokens(self, key: TokenKey) -> None:
         with self._edit() as document:
