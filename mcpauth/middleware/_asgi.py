@@ -18,6 +18,7 @@ __all__ = [
     "first_header",
     "header_values",
     "jsonrpc_error",
+    "outside_http",
     "read_body",
     "refuse_websocket",
     "replay",
@@ -62,6 +63,20 @@ async def send_json(
 async def refuse_websocket(send: Send) -> None:
     """Refuse a WebSocket handshake (the server answers 403) from an HTTP-only app."""
     await send({"type": "websocket.close", "code": 1008})
+
+
+async def outside_http(
+    scope: Scope, receive: Receive, send: Send, lifespan: Callable[[Receive, Send], Awaitable[None]]
+) -> bool:
+    """What an HTTP-only app does with any other scope: the lifespan protocol runs
+    ``lifespan``, a WebSocket handshake is refused. True when ``scope`` was one of them."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return True
+    if scope["type"] == "websocket":
+        await refuse_websocket(send)
+        return True
+    return False
 
 
 def jsonrpc_error(code: int, message: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from mcpauth.middleware._asgi import (
     Send,
     first_header,
     jsonrpc_error,
-    refuse_websocket,
+    outside_http,
     send_json,
 )
 from mcpauth.middleware.identity import verified_token
@@ -116,11 +116,7 @@ class StdioBridge:
         self._group: TaskGroup | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] == "websocket":
-            await refuse_websocket(send)
+        if await outside_http(scope, receive, send, self._lifespan):
             return
         if scope["type"] != "http" or self._group is None:
             await send_json(send, 404, {"error": "not_found"})

@@ -28,7 +28,7 @@ from mcpauth.middleware._asgi import (
     Send,
     first_header,
     jsonrpc_error,
-    refuse_websocket,
+    outside_http,
     send_json,
 )
 from mcpauth.middleware._http import AsyncClosing, LazyClient
@@ -167,11 +167,7 @@ class UpstreamProxy(AsyncClosing):
         await self._client.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] == "websocket":
-            await refuse_websocket(send)
+        if await outside_http(scope, receive, send, self._lifespan):
             return
         if scope["type"] != "http" or scope["path"].rstrip("/") != self.path.rstrip("/"):
             await send_json(send, 404, {"error": "not_found"})

@@ -1,9 +1,10 @@
 """WebSocket connections are refused: MCP defines no WebSocket transport, so a handshake never
-reaches the application, whatever token it carries; the HTTP proxy refuses one too. Served by a
-real uvicorn and reached with a real WebSocket client."""
+reaches the application, whatever token it carries; both proxy apps (HTTP and stdio) refuse one
+too. Served by a real uvicorn and reached with a real WebSocket client."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from mcpauth.middleware import ProtectedResourceMiddleware
+from mcpauth.proxy.stdio import StdioBridge
 from mcpauth.proxy.upstream import UpstreamProxy
 
 from .helpers import ISSUER, RESOURCE, FakeAuthorizationServer, serve
@@ -94,3 +96,13 @@ async def test_the_http_proxy_refuses_a_websocket_it_cannot_carry_instead_of_fai
     with serve(UpstreamProxy("http://127.0.0.1:9/mcp", path="/mcp")) as address:
         response = await refused(f"ws://{address}/mcp", auth(auth_server.mint()))
     assert response.status_code == 403
+
+
+async def test_the_stdio_bridge_refuses_a_websocket_without_starting_its_command(
+    auth_server: FakeAuthorizationServer,
+) -> None:
+    bridge = StdioBridge([sys.executable, "-c", "raise SystemExit(3)"])
+    with serve(bridge) as address:
+        response = await refused(f"ws://{address}/mcp", auth(auth_server.mint()))
+    assert response.status_code == 403
+    assert bridge.sessions == {}
