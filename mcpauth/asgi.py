@@ -1,15 +1,29 @@
-"""The one bounded reader of an ASGI request body, shared by the authorization server and the
-middleware; each maps its two failures to its own response (the server to ``413``
-``invalid_request`` and a dropped request, the middleware to its JSON-RPC refusal)."""
+"""The ASGI types every part names, and the one bounded reader of an ASGI request body,
+shared by the authorization server and the middleware; each maps its two failures to its own
+response (the server to ``413`` ``invalid_request`` and a dropped request, the middleware to
+its JSON-RPC refusal)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyIncomplete", "BodyTooLarge", "read_capped_body"]
+__all__ = [
+    "ASGIApp",
+    "BodyIncomplete",
+    "BodyTooLarge",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "read_capped_body",
+]
 
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):

@@ -1,12 +1,22 @@
-"""Small pure-ASGI helpers: typed aliases, header access, JSON responses, body buffering."""
+"""Small pure-ASGI helpers: the typed aliases (from :mod:`mcpauth.asgi`), header access, JSON
+responses, body buffering."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from mcpauth.asgi import BodyIncomplete, BodyTooLarge, read_capped_body
+from mcpauth.asgi import (
+    ASGIApp,
+    BodyIncomplete,
+    BodyTooLarge,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_capped_body,
+)
 
 __all__ = [
     "ASGIApp",
@@ -24,12 +34,6 @@ __all__ = [
     "replay",
     "send_json",
 ]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def header_values(scope: Scope, name: bytes) -> list[bytes]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -22,6 +22,8 @@ from opentelemetry import propagate
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
+
+from mcpauth.asgi import Message, Receive, Scope, Send
 
 __all__ = [
     "Observed",
@@ -35,10 +37,6 @@ __all__ = [
     "url_without_query",
 ]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 # Attribute names: OpenTelemetry semantic conventions (HTTP, error, MCP, GenAI), and mcpauth's
 # own under ``mcpauth.`` (docs/deploy.md, "Traces").
