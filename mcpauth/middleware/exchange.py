@@ -150,6 +150,8 @@ class TokenExchanger(AsyncClosing):
             raise FetchError(f"{url} answered {response.status_code} without JSON") from exc
         if response.status_code != 200:
             raise error_for(body) if isinstance(body, dict) else FetchError(str(url))
+        if not isinstance(body, dict):
+            raise FetchError(f"{url} answered 200 with JSON that is not an object")
         token, expires_in = body.get("access_token"), body.get("expires_in", 0)
         if not isinstance(token, str) or not isinstance(expires_in, int):
             raise FetchError(f"{url} answered without an access token")

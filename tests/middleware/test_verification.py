@@ -430,3 +430,22 @@ async def test_a_token_exchange_answer_past_the_size_cap_is_refused() -> None:
         )
         with pytest.raises(FetchError, match="more than"):
             await exchanger.token_for(OTHER_RESOURCE, subject_token="t")
+
+
+@pytest.mark.parametrize("answer", [[], "token", 42, [{"access_token": "t"}]])
+async def test_a_token_exchange_answer_that_is_not_a_json_object_is_a_fetch_error(
+    answer: object,
+) -> None:
+    def json_but_no_object(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=answer)
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(json_but_no_object)) as http:
+        exchanger = TokenExchanger(
+            issuer=ISSUER,
+            client_id="c",
+            client_secret="s",
+            token_endpoint="https://as.example.com/token",
+            http=http,
+        )
+        with pytest.raises(FetchError, match="not an object"):
+            await exchanger.token_for(OTHER_RESOURCE, subject_token="t")
