@@ -32,6 +32,27 @@ PAGES = {
     "mcpauth.oauth": "shared.md",
 }
 PACKAGES = [name for name in PAGES if (ROOT / name.replace(".", "/")).is_dir()]
+# the top-level modules and packages users do not import, and why
+INTERNAL = {
+    "mcpauth.asgi": "the ASGI types and the bounded body reader the parts share",
+    "mcpauth.caching": "HTTP freshness and the wall clock, shared by the parts",
+    "mcpauth.cli": "the `mcpauth` command (its interface is the command line)",
+    "mcpauth.demo": "`mcpauth demo`",
+    "mcpauth.key_sets": "the one key-set cache behind the parts' verifiers",
+    "mcpauth.tracing": "configured by the OTEL_* environment variables, not from Python",
+}
+
+
+def test_every_top_level_module_is_public_with_a_page_or_named_internal() -> None:
+    """A new module or package is either documented public API (``PAGES``, so its ``__all__``
+    is checked) or listed here as internal with a reason: none escapes the checks silently."""
+    found = {
+        f"mcpauth.{p.stem if p.suffix == '.py' else p.name}"
+        for p in (ROOT / "mcpauth").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    }
+    assert found - set(PAGES) - set(INTERNAL) == set(), "neither public nor named internal"
+    assert (set(PAGES) | set(INTERNAL)) - found == set(), "listed but gone"
 
 
 def exported(name: str) -> list[str]:
