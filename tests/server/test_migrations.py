@@ -14,6 +14,8 @@ import httpx2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Engine, text
 
 from mcpauth.errors import ConfigurationError
@@ -58,6 +60,43 @@ def test_a_fresh_database_is_behind_and_an_upgraded_one_is_current(empty_engine:
     migrate.upgrade(empty_engine)
     assert migrate.is_current(empty_engine)
     assert migrate.current_revision(empty_engine) == migrate.head_revision()
+
+
+def test_head_is_the_newest_migration() -> None:
+    newest = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert migrate.HEAD == newest, "a new migration also moves migrate.HEAD"
+
+
+# what the version table holds -> whether the database is current
+VERSION_ROWS = {
+    "no version table": (None, False),
+    "no row": ([], False),
+    "an older revision": (["0001"], False),
+    "a revision this version does not know": (["9999"], False),
+    "the newest revision": ([migrate.HEAD], True),
+}
+
+
+@pytest.mark.parametrize("rows", VERSION_ROWS)
+def test_a_current_schema_is_recognised_as_alembic_reads_it(empty_engine: Engine, rows: str) -> None:
+    versions, current = VERSION_ROWS[rows]
+    if versions is not None:
+        with empty_engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            for version in versions:
+                conn.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
+    with empty_engine.connect() as conn:
+        heads = MigrationContext.configure(conn).get_current_heads()
+    assert (heads == (migrate.HEAD,)) is current  # Alembic's own reading agrees
+    assert migrate.is_current(empty_engine) is current
+
+
+def test_a_version_table_with_two_rows_is_left_to_alembic(empty_engine: Engine) -> None:
+    with empty_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        conn.execute(text(f"INSERT INTO alembic_version VALUES ('0001'), ('{migrate.HEAD}')"))
+    with pytest.raises(CommandError, match="more than one head"):
+        migrate.is_current(empty_engine)
 
 
 # (engine, policy) -> whether a database that is behind is upgraded (else it is refused)

@@ -17,13 +17,10 @@ import hmac
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
-from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
-from authlib.oauth2.client import OAuth2Client
 
 from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.errors import FetchError, TemporarilyUnavailable
@@ -50,6 +47,9 @@ from mcpauth.server.identity.upstream_http import (
 )
 from mcpauth.server.outbound import Outbound
 from mcpauth.uris import URIError, check_endpoint
+
+if TYPE_CHECKING:  # Authlib is imported by the calls that use it: a server without providers
+    from authlib.integrations.httpx_client import AsyncOAuth2Client  # never loads it
 
 __all__ = [
     "CappedTransport",
@@ -246,6 +246,8 @@ class UpstreamProviders:
     def _client(self, provider: Provider, *, authenticated: bool = False) -> AsyncOAuth2Client:
         """Authlib's client for one exchange with ``provider`` (its secret only when
         ``authenticated``: the token endpoint)."""
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         return AsyncOAuth2Client(
             client_id=provider.config.client_id,
             client_secret=provider.secret() if authenticated else None,
@@ -337,6 +339,8 @@ class UpstreamProviders:
         """Where to send the browser: an authorization code request with PKCE, and a nonce
         for an OpenID provider (``prompt`` too: a plain OAuth 2.0 provider gets the configured
         parameters only)."""
+        from authlib.oauth2.client import OAuth2Client
+
         extra = dict(provider.config.authorization_params)
         if metadata.openid:
             extra["nonce"] = self.nonce(state)
@@ -432,6 +436,8 @@ class UpstreamProviders:
             UpstreamUnavailable: its answer is not a JSON object.
             httpx2.HTTPError: the request failed.
         """
+        from authlib.integrations.base_client import OAuthError as AuthlibOAuthError
+
         async with self._client(provider, authenticated=True) as client:
             try:
                 token = await client.fetch_token(endpoint, grant_type=grant_type, **params)

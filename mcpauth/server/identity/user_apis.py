@@ -11,13 +11,14 @@ unverified."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from authlib.integrations.httpx_client import AsyncOAuth2Client
+from typing import TYPE_CHECKING, Any
 
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity.id_tokens import MAX_SUBJECT_LENGTH
 from mcpauth.server.identity.upstream_http import ProfileError, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from authlib.integrations.httpx_client import AsyncOAuth2Client
 
 # GitHub's REST API: its media type and the API version these answers are documented for
 GITHUB_HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}

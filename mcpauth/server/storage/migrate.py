@@ -1,24 +1,30 @@
 """Schema migrations with Alembic: the only way the schema changes, and the one policy for when
-they run (:func:`ensure_schema`)."""
+they run (:func:`ensure_schema`). Alembic is imported only when a migration runs or a schema is
+not at :data:`HEAD`: every start-up and readiness check of a current database asks SQL alone."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect, text
 
 from mcpauth.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 SCRIPT_LOCATION = "mcpauth.server:migrations"
+# The newest revision in migrations/versions, so that a current database is recognised without
+# loading Alembic and its scripts; tests/server/test_migrations.py checks it is Alembic's head.
+HEAD = "0013"
+VERSION_TABLE = "alembic_version"  # Alembic's default, which env.py keeps
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", SCRIPT_LOCATION)
     if engine is not None:
@@ -30,18 +36,24 @@ def alembic_config(engine: Engine | None = None) -> Config:
 
 @functools.cache
 def head_revision() -> str | None:
-    """The newest revision of the migrations shipped with the package (read once: loading the
-    scripts costs tens of milliseconds, and ``ensure_schema`` asks on every ``create_app``)."""
+    """The newest revision of the migrations shipped with the package, as Alembic reads it from
+    the scripts (read once: loading them costs tens of milliseconds)."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to ``revision`` (default: the newest)."""
+    from alembic import command
+
     config = alembic_config(engine)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     with engine.begin() as conn:
@@ -49,8 +61,20 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
+def _at_head(engine: Engine) -> bool:
+    """Whether the version table holds exactly :data:`HEAD`, read with SQL alone (the table's
+    existence as Alembic checks it, then its rows)."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return False
+        versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    return list(versions) == [HEAD]
+
+
 def is_current(engine: Engine) -> bool:
-    return current_revision(engine) == head_revision()
+    """Whether the schema is at the newest revision: at :data:`HEAD` without Alembic, anything
+    else (no version table, another revision, several rows) as Alembic reads it."""
+    return _at_head(engine) or current_revision(engine) == head_revision()
 
 
 Upgrades = Literal["always", "embedded", "never"]
