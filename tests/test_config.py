@@ -3,14 +3,18 @@ rules (RFC 8414 §2; http only on loopback, AS-23)."""
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from mcpauth.errors import ConfigurationError
+from mcpauth.server import Settings, create_app
+from mcpauth.server import outbound as outbound_module
 from mcpauth.server.config import load_settings
 from mcpauth.server.crypto import resolve_server_secret
-from mcpauth.server.outbound import parse_proxy, trust_store
+from mcpauth.server.outbound import TrustStore, parse_proxy, trust_store
 from mcpauth.server.storage.database import sqlite_file
 
 
@@ -153,3 +157,29 @@ def test_an_outbound_ca_file_that_cannot_be_loaded_is_a_configuration_error(
     garbage.write_text("not a certificate\n")
     with pytest.raises(ConfigurationError, match=r"^outbound_ca_file: cannot load"):
         trust_store(str(garbage))
+
+
+def test_a_bad_outbound_ca_file_still_stops_start_up(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigurationError, match=r"^outbound_ca_file: cannot load"):
+        create_app(make_settings(outbound_ca_file=str(garbage)))
+
+
+def test_the_default_trust_store_is_loaded_by_the_first_fetch_and_then_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loaded: list[str | None] = []
+
+    def loading(ca_file: str | None) -> ssl.SSLContext:
+        loaded.append(ca_file)
+        return ssl.create_default_context()
+
+    monkeypatch.setattr(outbound_module, "trust_store", loading)
+    store = TrustStore()
+    assert loaded == []  # nothing at start
+    context = store()
+    assert store() is context
+    assert loaded == [None]

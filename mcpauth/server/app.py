@@ -16,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from mcpauth.caching import wall_clock
 from mcpauth.errors import InvalidRequest, ServerError
@@ -58,6 +57,9 @@ def _middleware(
     before any endpoint work, then the token endpoint's direct route."""
     stack = []
     if settings.trusted_proxies:
+        # uvicorn's, imported only here: an app served by another ASGI server needs no uvicorn
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
         # the client address and scheme from X-Forwarded-For/-Proto, believed only from these
         stack.append(
             Middleware(ProxyHeadersMiddleware, trusted_hosts=list(settings.trusted_proxies))

@@ -95,7 +95,7 @@ def trusted_key_sets(settings: Settings, outbound: Outbound) -> KeySets:
         allow_hosts={url_host(source) for source in sources if not is_inline(source)},
         timeout=trusted_issuers.FETCH_TIMEOUT,
         max_bytes=trusted_issuers.MAX_BYTES,
-        ssl_context=outbound.ssl_context,
+        ssl_context=outbound.trust,
         proxy=outbound.proxy,
     )
     return KeySets(sources, FetchGate(fetcher, FetchLimits(failure_ttl=0.0)))

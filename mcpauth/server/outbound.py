@@ -7,6 +7,7 @@ settings say where traffic goes."""
 from __future__ import annotations
 
 import ssl
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
@@ -18,7 +19,7 @@ from mcpauth.errors import ConfigurationError
 if TYPE_CHECKING:  # config checks the proxy URL with parse_proxy
     from mcpauth.server.config import Settings
 
-__all__ = ["Outbound", "ProxyRoute", "outbound_for", "parse_proxy", "trust_store"]
+__all__ = ["Outbound", "ProxyRoute", "TrustStore", "outbound_for", "parse_proxy", "trust_store"]
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,44 @@ def trust_store(ca_file: str | None) -> ssl.SSLContext:
     return context
 
 
+class TrustStore:
+    """The one SSL context of outbound TLS, made when a first connection needs it: loading the
+    default bundle (and importing httpx2's TLS support) costs tens of milliseconds, which a
+    process that never fetches (an admin command, a server whose clients are all registered)
+    should not pay at start. A ``ca_file`` is loaded at once, so a bad one still stops
+    start-up; ``context`` is used as it is (tests trust their own CA). Calling the store
+    returns the context, the same one every time.
+
+    Raises:
+        ConfigurationError: ``ca_file`` cannot be read or holds no certificate.
+    """
+
+    def __init__(
+        self, ca_file: str | None = None, *, context: ssl.SSLContext | None = None
+    ) -> None:
+        self._context = context or (trust_store(ca_file) if ca_file else None)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> ssl.SSLContext:
+        context = self._context
+        if context is None:
+            with self._lock:  # threads (blocking fetches) and the event loop share it
+                if self._context is None:
+                    self._context = trust_store(None)
+                context = self._context
+        return context
+
+
 @dataclass(frozen=True)
 class Outbound:
     """The route of every outbound fetch: the trust store, and the proxy if there is one."""
 
-    ssl_context: ssl.SSLContext
+    trust: TrustStore
     proxy: ProxyRoute | None = None
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        return self.trust()
 
     def httpx2_transport(self) -> httpx2.AsyncHTTPTransport:
         """An ``httpx2`` transport (Authlib's client) on this route, with no retries."""
@@ -107,4 +140,4 @@ def outbound_for(settings: Settings, *, ssl_context: ssl.SSLContext | None = Non
         ConfigurationError: ``outbound_ca_file`` cannot be loaded.
     """
     proxy = parse_proxy(settings.outbound_proxy) if settings.outbound_proxy else None
-    return Outbound(ssl_context or trust_store(settings.outbound_ca_file), proxy)
+    return Outbound(TrustStore(settings.outbound_ca_file, context=ssl_context), proxy)

@@ -8,12 +8,14 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.responses import HTMLResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 _HEADERS = {
     "X-Frame-Options": "DENY",
@@ -142,6 +144,10 @@ class BrandMiddleware:
 
 @cache
 def environment() -> Environment:
+    """The templates' environment, made when a first page is rendered (a server that only
+    issues tokens never loads Jinja2)."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
     return Environment(
         loader=PackageLoader("mcpauth.server.browser", "templates"),
         autoescape=select_autoescape(default=True),

@@ -310,7 +310,7 @@ def fetcher_for(
         deny_hosts=settings.cimd_deny_hosts,
         timeout=settings.cimd_timeout,
         max_bytes=settings.cimd_max_bytes,
-        ssl_context=route.ssl_context,
+        ssl_context=route.trust,
         proxy=route.proxy,
     )
 

@@ -27,7 +27,7 @@ import ipaddress
 import socket
 import ssl
 import threading
-from collections.abc import AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ import httpcore
 import httpx2
 
 from mcpauth.errors import FetchError as FetchError  # one FetchError; imported from here too
-from mcpauth.server.outbound import ProxyRoute
+from mcpauth.server.outbound import ProxyRoute, TrustStore
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 DEFAULT_TIMEOUT = 2.5  # seconds, total (oidc-provider's value, docs/security.md T21)
@@ -389,10 +389,11 @@ class SafeFetcher:
 
     ``allow_hosts`` (exact host names) skip the address check, for tests and intranets;
     ``deny_hosts`` are never fetched and win over ``allow_hosts``. ``ssl_context`` replaces the
-    default trust store (tests trust their own CA). With ``proxy`` every fetch goes through
-    that HTTP proxy's CONNECT tunnel, and the URL's host is judged by its name or literal
-    (:func:`forbidden_name_reason`) since the proxy resolves it. Safe to share between threads
-    and event loops: every fetch has its own connection pool.
+    default trust store (tests trust their own CA), or is a function that gives it when a
+    first fetch needs it (the server's :class:`~mcpauth.server.outbound.TrustStore`). With
+    ``proxy`` every fetch goes through that HTTP proxy's CONNECT tunnel, and the URL's host is
+    judged by its name or literal (:func:`forbidden_name_reason`) since the proxy resolves it.
+    Safe to share between threads and event loops: every fetch has its own connection pool.
     """
 
     def __init__(
@@ -402,7 +403,7 @@ class SafeFetcher:
         deny_hosts: Iterable[str] = (),
         timeout: float = DEFAULT_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
         proxy: ProxyRoute | None = None,
     ) -> None:
         self.proxy = proxy
@@ -410,7 +411,13 @@ class SafeFetcher:
         self.allow_hosts = _host_set(allow_hosts) - self.deny_hosts
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self.ssl_context = ssl_context or httpx2.create_ssl_context(trust_env=False)
+        if isinstance(ssl_context, ssl.SSLContext):
+            ssl_context = TrustStore(context=ssl_context)
+        self._trust = ssl_context or TrustStore()
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        return self._trust()
 
     async def aget(self, url: str, *, accept: str = "application/json") -> FetchedResponse:
         """Fetch ``url`` once, within ``timeout`` seconds in total, on the running event loop
