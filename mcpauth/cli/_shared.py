@@ -6,6 +6,8 @@ installed. Cheap to import: the server is imported by the functions that use it.
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,9 +28,37 @@ def add_database_options(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
+def collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block (and as it was after it): starting
+    imports hundreds of modules and builds the server's objects, freeing next to nothing, so
+    the collections that growth sets off find no garbage yet cost about a tenth of the CPU
+    time of a command's or a server's start."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _collection_paused(handler: Handler) -> Handler:
+    """``handler`` run with :func:`collection_paused`: an admin command is all start-up."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        with collection_paused():
+            return handler(args)
+
+    return run
+
+
+@contextmanager
 def admin_group(sub: Any, name: str, help: str, handler: Handler) -> Iterator[Any]:
     """``mcpauth NAME ACTION``: the block adds the actions (to the subparsers it is given);
-    then each reads the database options and runs ``handler``."""
+    then each reads the database options and runs ``handler`` (the garbage collector paused:
+    :func:`collection_paused`)."""
+    handler = _collection_paused(handler)
     group = sub.add_parser(name, help=help)
     actions = group.add_subparsers(dest="action", required=True)
     yield actions

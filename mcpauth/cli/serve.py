@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mcpauth.cli._shared import add_database_options, settings
+from mcpauth.cli._shared import add_database_options, collection_paused, settings
 
 
 def add_parser(sub: Any) -> None:
@@ -19,17 +19,10 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    with collection_paused():  # the start; the server itself runs with the collector on
+        import uvicorn
 
-    from mcpauth.server.app import create_app
-    from mcpauth.server.operations.logs import configure_logging
-
-    configured = settings(
-        args, issuer=args.issuer, host=args.host, port=args.port, log_level=args.log_level
-    )
-    configure_logging(configured.log_level, configured.log_format)  # before the app's own start
-    # the app applies trusted_proxies itself (uvicorn's proxy headers stay off: applied once)
-    app = create_app(configured)
+        configured, app = _start(args)
     uvicorn.run(
         app,
         host=configured.host,
@@ -41,3 +34,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_header=False,
     )
     return 0
+
+
+def _start(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The settings and the application of ``mcpauth serve``."""
+    from mcpauth.server.app import create_app
+    from mcpauth.server.operations.logs import configure_logging
+
+    configured = settings(
+        args, issuer=args.issuer, host=args.host, port=args.port, log_level=args.log_level
+    )
+    configure_logging(configured.log_level, configured.log_format)  # before the app's own start
+    # the app applies trusted_proxies itself (uvicorn's proxy headers stay off: applied once)
+    return configured, create_app(configured)

@@ -6,6 +6,7 @@ whose ``sys.modules`` is the evidence."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -107,3 +108,50 @@ def test_a_database_behind_is_still_migrated_at_start(tmp_path: Path) -> None:
     )
     database = f"sqlite:///{tmp_path / 'new.db'}"
     assert _loaded(code, tmp_path, database=database) == ["alembic"]
+
+
+def test_an_admin_command_runs_with_the_cycle_collector_paused_then_restores_it(
+    monkeypatch: pytest.MonkeyPatch, current_database: str
+) -> None:
+    from mcpauth.cli import main
+    from mcpauth.server import admin
+
+    during: list[bool] = []
+    listing = admin.list_users
+    monkeypatch.setattr(
+        admin, "list_users", lambda ctx: during.append(gc.isenabled()) or listing(ctx)
+    )
+    assert gc.isenabled()
+    assert main(["users", "list", "--database", current_database]) == 0
+    assert during == [False]
+    assert gc.isenabled()
+    assert main(["users", "remove", "nobody", "--database", current_database]) == 2  # refused
+    assert gc.isenabled()
+
+
+def test_serve_starts_with_the_cycle_collector_paused_and_serves_with_it_on(
+    tmp_path: Path, current_database: str
+) -> None:
+    code = textwrap.dedent(
+        """
+        import gc, uvicorn
+        from mcpauth.cli import main
+        from mcpauth.server import app as app_module
+
+        seen = {}
+        creating = app_module.create_app
+
+        def create_app(settings):
+            seen["start"] = gc.isenabled()
+            return creating(settings)
+
+        def run(app, **options):
+            seen["serving"] = gc.isenabled()
+
+        app_module.create_app = create_app
+        uvicorn.run = run
+        assert main(["serve", "--issuer", "http://127.0.0.1:9000"]) == 0
+        assert seen == {"start": False, "serving": True}, seen
+        """
+    )
+    _loaded(code, tmp_path, database=current_database)
