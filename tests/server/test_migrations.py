@@ -64,37 +64,41 @@ def test_a_fresh_database_is_behind_and_an_upgraded_one_is_current(empty_engine:
 
 def test_head_is_the_newest_migration() -> None:
     newest = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
-    assert migrate.HEAD == newest, "a new migration also moves migrate.HEAD"
+    assert newest == migrate.HEAD, "a new migration also moves migrate.HEAD"
 
 
-# what the version table holds -> whether the database is current
+# what the version table holds -> the revision the database is at
 VERSION_ROWS = {
-    "no version table": (None, False),
-    "no row": ([], False),
-    "an older revision": (["0001"], False),
-    "a revision this version does not know": (["9999"], False),
-    "the newest revision": ([migrate.HEAD], True),
+    "no version table": (None, None),
+    "no row": ([], None),
+    "an older revision": (["0001"], "0001"),
+    "a revision this version does not know": (["9999"], "9999"),
+    "the newest revision": ([migrate.HEAD], migrate.HEAD),
 }
 
 
-@pytest.mark.parametrize("rows", VERSION_ROWS)
-def test_a_current_schema_is_recognised_as_alembic_reads_it(empty_engine: Engine, rows: str) -> None:
-    versions, current = VERSION_ROWS[rows]
-    if versions is not None:
-        with empty_engine.begin() as conn:
-            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-            for version in versions:
-                conn.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
-    with empty_engine.connect() as conn:
-        heads = MigrationContext.configure(conn).get_current_heads()
-    assert (heads == (migrate.HEAD,)) is current  # Alembic's own reading agrees
-    assert migrate.is_current(empty_engine) is current
-
-
-def test_a_version_table_with_two_rows_is_left_to_alembic(empty_engine: Engine) -> None:
-    with empty_engine.begin() as conn:
+def _version_table(engine: Engine, versions: list[str]) -> None:
+    with engine.begin() as conn:
         conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
-        conn.execute(text(f"INSERT INTO alembic_version VALUES ('0001'), ('{migrate.HEAD}')"))
+        for version in versions:
+            conn.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
+
+
+@pytest.mark.parametrize("rows", VERSION_ROWS)
+def test_the_revision_is_read_as_alembic_reads_it(empty_engine: Engine, rows: str) -> None:
+    versions, revision = VERSION_ROWS[rows]
+    if versions is not None:
+        _version_table(empty_engine, versions)
+    with empty_engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == revision
+    assert migrate.current_revision(empty_engine) == revision
+    assert migrate.is_current(empty_engine) is (revision == migrate.HEAD)
+
+
+def test_a_version_table_with_two_rows_is_refused_as_alembic_refuses_it(
+    empty_engine: Engine,
+) -> None:
+    _version_table(empty_engine, ["0001", migrate.HEAD])
     with pytest.raises(CommandError, match="more than one head"):
         migrate.is_current(empty_engine)
 

@@ -85,10 +85,11 @@ def test_an_app_on_a_current_database_starts_and_is_ready_without_them(
     assert _loaded(code, tmp_path, "mcpauth.server.admin", database=current_database) == []
 
 
+@pytest.mark.parametrize("command", [["users", "list"], ["keys", "list"], ["db", "upgrade"]])
 def test_an_admin_command_on_a_current_database_loads_no_application(
-    tmp_path: Path, current_database: str
+    tmp_path: Path, current_database: str, command: list[str]
 ) -> None:
-    code = "from mcpauth.cli import main\nassert main(['users', 'list']) == 0\n"
+    code = f"from mcpauth.cli import main\nassert main({command!r}) == 0\n"
     loaded = _loaded(code, tmp_path, "mcpauth.server.app", "uvicorn", database=current_database)
     assert loaded == []
 

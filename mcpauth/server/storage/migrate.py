@@ -1,6 +1,7 @@
 """Schema migrations with Alembic: the only way the schema changes, and the one policy for when
-they run (:func:`ensure_schema`). Alembic is imported only when a migration runs or a schema is
-not at :data:`HEAD`: every start-up and readiness check of a current database asks SQL alone."""
+they run (:func:`ensure_schema`). Alembic is imported only when a migration runs: which
+revision a database is at is one SQL read of Alembic's version table, compared with
+:data:`HEAD`, so every start and readiness check of a current database runs without it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ SCRIPT_LOCATION = "mcpauth.server:migrations"
 # The newest revision in migrations/versions, so that a current database is recognised without
 # loading Alembic and its scripts; tests/server/test_migrations.py checks it is Alembic's head.
 HEAD = "0013"
-VERSION_TABLE = "alembic_version"  # Alembic's default, which env.py keeps
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
@@ -37,13 +37,27 @@ def alembic_config(engine: Engine | None = None) -> Config:
 @functools.cache
 def head_revision() -> str | None:
     """The newest revision of the migrations shipped with the package, as Alembic reads it from
-    the scripts (read once: loading them costs tens of milliseconds)."""
+    the scripts (read once: loading them costs tens of milliseconds); :data:`HEAD` says the
+    same without loading them."""
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (``None``: no schema yet), read from Alembic's version
+    table with SQL alone, as Alembic reads it; a table with several rows (branches, which
+    mcpauth never makes) is left to Alembic, which refuses it.
+
+    Raises:
+        alembic.util.CommandError: the version table holds several revisions.
+    """
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):  # Alembic's default, kept by env.py
+            return None
+        versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(versions) <= 1:
+        return str(versions[0]) if versions else None
     from alembic.runtime.migration import MigrationContext
 
     with engine.connect() as conn:
@@ -61,20 +75,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
-def _at_head(engine: Engine) -> bool:
-    """Whether the version table holds exactly :data:`HEAD`, read with SQL alone (the table's
-    existence as Alembic checks it, then its rows)."""
-    with engine.connect() as conn:
-        if not inspect(conn).has_table(VERSION_TABLE):
-            return False
-        versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-    return list(versions) == [HEAD]
-
-
 def is_current(engine: Engine) -> bool:
-    """Whether the schema is at the newest revision: at :data:`HEAD` without Alembic, anything
-    else (no version table, another revision, several rows) as Alembic reads it."""
-    return _at_head(engine) or current_revision(engine) == head_revision()
+    """Whether the schema is at the newest revision (:data:`HEAD`)."""
+    return current_revision(engine) == HEAD
 
 
 Upgrades = Literal["always", "embedded", "never"]
@@ -100,5 +103,5 @@ def ensure_schema(engine: Engine, *, upgrades: Upgrades = "embedded") -> None:
         return
     raise ConfigurationError(
         f"the database schema is at revision {current_revision(engine)!r} but this "
-        f"version needs {head_revision()!r}: run `mcpauth db upgrade` first"
+        f"version needs {HEAD!r}: run `mcpauth db upgrade` first"
     )
