@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from mcpauth.cli._shared import collection_paused
+
 
 def add_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="auth server + protected demo MCP server on loopback")
@@ -18,15 +20,17 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    try:
-        import mcp.server.mcpserver  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        missing = (exc.name or "").partition(".")[0] or "more packages"
-        print(f"mcpauth demo: needs {missing}: pip install 'mcpauth-kit[demo]'", file=sys.stderr)
-        return 2
-    from mcpauth.demo import run_demo
+    with collection_paused():  # the imports; the servers run with the collector on
+        try:
+            import mcp.server.mcpserver  # noqa: F401
+            import starlette  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ImportError as exc:
+            missing = (exc.name or "").partition(".")[0] or "more packages"
+            hint = "pip install 'mcpauth-kit[demo]'"
+            print(f"mcpauth demo: needs {missing}: {hint}", file=sys.stderr)
+            return 2
+        from mcpauth.demo import run_demo
 
     return run_demo(args.data_dir, args.auth_port, args.mcp_port)
 

@@ -156,3 +156,13 @@ def test_serve_starts_with_the_cycle_collector_paused_and_serves_with_it_on(
         """
     )
     _loaded(code, tmp_path, database=current_database)
+
+
+def test_the_demo_serves_with_the_cycle_collector_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mcpauth.demo
+    from mcpauth.cli import main
+
+    serving: list[bool] = []
+    monkeypatch.setattr(mcpauth.demo, "run_demo", lambda *args: serving.append(gc.isenabled()) or 0)
+    assert main(["demo"]) == 0
+    assert serving == [True]
