@@ -187,6 +187,7 @@ def test_the_middleware_and_proxy_read_the_time_through_their_clock(path: Path) 
 # Authlib's JOSE and OpenID modules have no home (Authlib still uses joserfc inside).
 _LIBRARY_HOMES = {
     "httpx": {"client/auth.py"},
+    "httpcore": set(),  # httpx's transport: httpx2's is httpcore2 (ssrf.py's network backend)
     "joserfc": set(),
     "authlib.jose": set(),
     "authlib.oidc": set(),

@@ -19,8 +19,9 @@ import pytest
 
 from ..conftest import TEST_SECRET
 
-# loaded only by the work that needs them
-ON_DEMAND = ("alembic", "authlib", "jinja2", "httpcore2")
+# loaded only by the work that needs them (httpcore2 is not among them: the SSRF guard of
+# clients/ssrf.py is a network backend of httpx2's transport, defined on import)
+ON_DEMAND = ("alembic", "authlib", "jinja2")
 
 
 def _loaded(code: str, tmp_path: Path, *names: str, database: str = "") -> list[str]:

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpcore
+import httpcore2
 import httpx2
 
 from mcpauth.errors import FetchError as FetchError  # one FetchError; imported from here too
@@ -183,8 +183,8 @@ async def _resolve(host: str, port: int) -> list[tuple[IPAddress, str]]:
     return [(address, text) for text, address in found.items()]
 
 
-class _Stream(httpcore.AsyncNetworkStream):
-    """An asyncio connection for httpcore. The ``timeout`` parameters (httpcore's interface)
+class _Stream(httpcore2.AsyncNetworkStream):
+    """An asyncio connection for httpcore2. The ``timeout`` parameters (httpcore's interface)
     are ignored: the fetch's one total deadline cancels whatever runs when it expires."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -195,7 +195,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         try:
             return await self._reader.read(max_bytes)
         except OSError as exc:
-            raise httpcore.ReadError(str(exc)) from exc
+            raise httpcore2.ReadError(str(exc)) from exc
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
@@ -204,7 +204,7 @@ class _Stream(httpcore.AsyncNetworkStream):
             self._writer.write(buffer)
             await self._writer.drain()
         except OSError as exc:
-            raise httpcore.WriteError(str(exc)) from exc
+            raise httpcore2.WriteError(str(exc)) from exc
 
     async def aclose(self) -> None:
         # abort, not close: a graceful TLS close waits for the peer, which may never answer
@@ -215,13 +215,13 @@ class _Stream(httpcore.AsyncNetworkStream):
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore2.AsyncNetworkStream:
         try:
             await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
         except ssl.SSLError as exc:  # the certificate checks, among others
-            raise httpcore.ConnectError(f"TLS with {server_hostname} failed: {exc}") from exc
+            raise httpcore2.ConnectError(f"TLS with {server_hostname} failed: {exc}") from exc
         except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+            raise httpcore2.ConnectError(str(exc)) from exc
         return self
 
     def get_extra_info(self, info: str) -> Any:
@@ -257,15 +257,15 @@ async def _connect(address: IPAddress, target: str, port: int) -> _Stream:
     return _Stream(reader, writer)
 
 
-class _TCPOnly(httpcore.AsyncNetworkBackend):
+class _TCPOnly(httpcore2.AsyncNetworkBackend):
     """What both of the fetcher's network backends share: TCP only, never a unix socket."""
 
     async def connect_unix_socket(
         self,
         path: str,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         raise FetchError("unix sockets are never fetched from")
 
     async def sleep(self, seconds: float) -> None:
@@ -286,8 +286,8 @@ class _GuardedBackend(_TCPOnly):
         port: int,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
         local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         name = _normal_host(host)
         if name in self._deny:
             raise FetchError(f"{name} is on the deny list")
@@ -304,7 +304,7 @@ class _GuardedBackend(_TCPOnly):
         try:
             return await _connect_first(addresses, port)
         except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+            raise httpcore2.ConnectError(str(exc)) from exc
 
 
 class _ProxyBackend(_TCPOnly):
@@ -321,8 +321,8 @@ class _ProxyBackend(_TCPOnly):
         port: int,
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
         local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
         if (_normal_host(host), port) != (_normal_host(self._proxy.host), self._proxy.port):
             raise FetchError(f"refused {host}:{port}: only the outbound proxy is connected to")
         self.resolving = self._proxy.host
@@ -341,13 +341,13 @@ def _mapped(url: str, timeout: float) -> Iterator[None]:
     """Turn httpcore's transport errors into one precise ``FetchError``."""
     try:
         yield
-    except httpcore.TimeoutException as exc:
+    except httpcore2.TimeoutException as exc:
         raise FetchError(f"{url}: no complete response within {timeout:g} s") from exc
-    except httpcore.ProxyError as exc:  # the proxy answered CONNECT with an error status
+    except httpcore2.ProxyError as exc:  # the proxy answered CONNECT with an error status
         raise FetchError(f"{url}: the outbound proxy refused the tunnel: {exc}") from exc
-    except (httpcore.ConnectError, httpcore.NetworkError) as exc:
+    except (httpcore2.ConnectError, httpcore2.NetworkError) as exc:
         raise FetchError(f"{url}: cannot connect: {exc}") from exc
-    except (httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
+    except (httpcore2.ProtocolError, httpcore2.UnsupportedProtocol) as exc:
         raise FetchError(f"{url}: malformed HTTP response: {exc}") from exc
 
 
@@ -458,7 +458,7 @@ class SafeFetcher:
         accept: str,
         backend: _GuardedBackend | _ProxyBackend,
     ) -> FetchedResponse:
-        request_url = httpcore.URL(
+        request_url = httpcore2.URL(
             scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
         )
         headers = [("Accept", accept), ("Accept-Encoding", "identity"), ("User-Agent", USER_AGENT)]
@@ -477,13 +477,13 @@ class SafeFetcher:
 
     def _pool(
         self, backend: _GuardedBackend | _ProxyBackend
-    ) -> httpcore.AsyncConnectionPool | httpcore.AsyncHTTPProxy:
+    ) -> httpcore2.AsyncConnectionPool | httpcore2.AsyncHTTPProxy:
         if self.proxy is None:
-            return httpcore.AsyncConnectionPool(
+            return httpcore2.AsyncConnectionPool(
                 ssl_context=self.ssl_context, network_backend=backend
             )
         # an https URL through an HTTP proxy: CONNECT, then TLS with the host inside the tunnel
-        return httpcore.AsyncHTTPProxy(
+        return httpcore2.AsyncHTTPProxy(
             proxy_url=self.proxy.url,
             proxy_auth=self.proxy.auth,
             ssl_context=self.ssl_context,
