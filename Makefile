@@ -45,7 +45,8 @@ check: lint typecheck pytest-fast
 # lint and types beside the tests rather than before them: mypy's minute on a fresh clone
 # overlaps the workers' start (a failure in any of the three fails the target)
 test: $(STAMP)
-	$(MAKE) --no-print-directory -j3 lint typecheck pytest
+	$(MAKE) --no-print-directory -f $(abspath $(firstword $(MAKEFILE_LIST))) -j3 \
+		lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -62,6 +63,8 @@ pytest-fast: $(STAMP)
 # them): Node 22 and the pinned npm packages (Chromium and PostgreSQL need root: .ci/run).
 test-tools:
 	scripts/ensure-npm-peers.sh >/dev/null
+	scripts/conformance-client.sh install
+	scripts/conformance-authorization.sh install >/dev/null
 
 # Every test in one parallel session: the server tests that reach a database run once on SQLite
 # and once on PostgreSQL (MCPAUTH_TEST_DATABASE=sqlite,postgresql, tests/pg.py; each worker

@@ -11,7 +11,7 @@
 #     state, custom headers, JSON Schema) test the MCP SDK's general client, not authorization:
 #     they are reported in the results, not gated.
 # Exits non-zero on any failure or warning. (CI=true friendly, never reads stdin)
-# Usage: scripts/conformance-client.sh [SUITE...]
+# Usage: scripts/conformance-client.sh [SUITE...]    or    scripts/conformance-client.sh install
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,6 +43,8 @@ install_suite() {  # install_suite DIR VERSION
 }
 install_suite .conformance "$CONFORMANCE_VERSION"
 install_suite .conformance-alpha "$NEXT_VERSION"
+# `install`: only install (make test does, before its workers start, so no two race)
+[ "${SUITES[0]:-}" != install ] || exit 0
 CONFORMANCE="$ROOT/.conformance/node_modules/.bin/conformance"
 NEXT="$ROOT/.conformance-alpha/node_modules/.bin/conformance"
 

@@ -45,7 +45,7 @@ SLOW_FILES = (  # load, crash and soak tests: real processes under many concurre
     "tests/e2e/test_shutdown.py",
 )
 LANES = ("e2e", "browser", "postgres", "slow", "docker")
-_HEAVY_LAST = ("postgres", "e2e", "slow", "browser", "docker")  # the heaviest last
+_HEAVY_LAST = ("postgres", "slow", "e2e", "browser", "docker")  # first handed out last
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects
@@ -63,9 +63,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if not any(item.get_closest_marker(lane) for lane in LANES):
             item.add_marker(pytest.mark.unit)
-    # The modules that start processes, browsers and containers first: xdist hands modules to
+    # The modules that start containers, browsers and processes first: xdist hands modules to
     # the workers in this order, so the longest ones no longer start last and set the tail
-    # while the other workers idle. Stable: each module's tests keep their order.
+    # while the other workers idle. The slow lane's load and stall tests, whose time bounds
+    # are tight, come after them, away from the image builds. Stable: each module's tests keep
+    # their order.
     weight: dict[Path, int] = {}
     for item in items:
         rank = max(
