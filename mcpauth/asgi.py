@@ -53,9 +53,14 @@ async def read_capped_body(
         not declared_length.isdigit() or int(declared_length) > limit
     ):
         raise BodyTooLarge
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        whole = bytes(message.get("body", b""))  # the usual case: the body in one message
+        if len(whole) > limit:
+            raise BodyTooLarge
+        return whole
     body = bytearray()
     while True:
-        message = await receive()
         if message["type"] != "http.request":
             raise BodyIncomplete(bytes(body))
         body.extend(message.get("body", b""))
@@ -63,3 +68,4 @@ async def read_capped_body(
             raise BodyTooLarge
         if not message.get("more_body", False):
             return bytes(body)
+        message = await receive()

@@ -12,10 +12,11 @@ description that names the rule, never the key or the proof.
 from __future__ import annotations
 
 import base64
+import binascii
+import functools
 import hashlib
 import heapq
 import hmac
-import json
 import re
 import secrets
 import threading
@@ -26,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import jwt as pyjwt
+import orjson
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from mcpauth import jwt
@@ -54,6 +56,17 @@ _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+_BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+# The last character of a canonical segment leaves its unused bits at zero (RFC 4648 §3.5):
+# 4 of them after 2 characters of a group, 2 after 3.
+_CANONICAL_LAST = {
+    2: frozenset(c for i, c in enumerate(_BASE64URL) if i % 16 == 0),
+    3: frozenset(c for i, c in enumerate(_BASE64URL) if i % 4 == 0),
+}
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+# A client signs all its proofs with one key, so the same header comes with each of them:
+# the checked key of a header is kept (bounded; what fails a check is never kept).
+_HEADER_CACHE_SIZE = 256
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -146,19 +159,47 @@ def _segment(value: str) -> bytes:
     Raises:
         ValueError: anything else.
     """
-    if not _SEGMENT.fullmatch(value) or len(value) % 4 == 1:
+    tail = len(value) % 4
+    if tail == 1 or not _SEGMENT.fullmatch(value):
         raise ValueError("not a base64url segment")
-    decoded = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    if base64.urlsafe_b64encode(decoded).rstrip(b"=") != value.encode("ascii"):
+    if tail and value[-1] not in _CANONICAL_LAST[tail]:
         raise ValueError("not the canonical encoding")
-    return decoded
+    padded = value.encode("ascii").translate(_TO_STANDARD) + b"=" * (-tail % 4)
+    return binascii.a2b_base64(padded, strict_mode=True)
 
 
-def _json_header(segment: str) -> dict[str, Any]:
-    value = json.loads(_segment(segment))
+def _json_object(segment: bytes) -> dict[str, Any]:
+    """A JSON object in UTF-8 (RFC 7519 §7.2: the header and the claims are UTF-8 JSON).
+
+    Raises:
+        ValueError: anything else.
+    """
+    value = orjson.loads(segment)
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
     return value
+
+
+@functools.lru_cache(maxsize=_HEADER_CACHE_SIZE)
+def _header_key(segment: str, algorithms: tuple[str, ...]) -> tuple[Any, str]:
+    """The public key of a proof's header segment, checked (``typ``, an allowed ``alg``, no
+    extensions, a public ``jwk`` of that algorithm), and its thumbprint.
+
+    Raises:
+        InvalidDPoPProof: a check failed (nothing is cached then).
+    """
+    try:
+        header = _json_object(_segment(segment))
+    except ValueError as exc:
+        raise InvalidDPoPProof("The DPoP proof is not a JWT") from exc
+    if header.get("typ") != PROOF_TYPE:
+        raise InvalidDPoPProof(f"The DPoP proof's typ must be {PROOF_TYPE}")
+    alg = header.get("alg")
+    if not isinstance(alg, str) or alg not in algorithms:
+        raise InvalidDPoPProof(f"The DPoP proof's alg must be one of {', '.join(algorithms)}")
+    if "crit" in header or "b64" in header:
+        raise InvalidDPoPProof("The DPoP proof's header asks for extensions this server lacks")
+    return _public_key(header, alg)
 
 
 def _verified_claims(
@@ -176,20 +217,9 @@ def _verified_claims(
     if not proof or len(proof) > MAX_PROOF_LENGTH:
         raise InvalidDPoPProof("The DPoP proof is empty or too long")
     parts = proof.split(".")
-    try:
-        if len(parts) != 3:
-            raise ValueError("not three segments")
-        header = _json_header(parts[0])
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise InvalidDPoPProof("The DPoP proof is not a JWT") from exc
-    if header.get("typ") != PROOF_TYPE:
-        raise InvalidDPoPProof(f"The DPoP proof's typ must be {PROOF_TYPE}")
-    alg = header.get("alg")
-    if not isinstance(alg, str) or alg not in algorithms:
-        raise InvalidDPoPProof(f"The DPoP proof's alg must be one of {', '.join(algorithms)}")
-    if "crit" in header or "b64" in header:
-        raise InvalidDPoPProof("The DPoP proof's header asks for extensions this server lacks")
-    key, thumbprint = _public_key(header, alg)
+    if len(parts) != 3:
+        raise InvalidDPoPProof("The DPoP proof is not a JWT")
+    key, thumbprint = _header_key(parts[0], tuple(algorithms))
     try:
         payload, signature = _segment(parts[1]), _segment(parts[2])
     except ValueError as exc:
@@ -198,12 +228,35 @@ def _verified_claims(
     if not key.Algorithm.verify(signing_input, key.key, signature):
         raise InvalidDPoPProof("The DPoP proof's signature does not verify")
     try:
-        claims = json.loads(payload)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        claims = _json_object(payload)
+    except ValueError as exc:
         raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
-    if not isinstance(claims, dict):
-        raise InvalidDPoPProof("The DPoP proof cannot be read")
     return claims, thumbprint
+
+
+@functools.lru_cache(maxsize=_HEADER_CACHE_SIZE)
+def _normal_request_uri(url: str) -> str | None:
+    """``normal_htu(url)`` of the request (``None`` if it is not an absolute http(s) URL), kept:
+    a server sees the same few URIs again and again."""
+    try:
+        return normal_htu(url)
+    except ValueError:
+        return None
+
+
+def _same_uri(htu: object, url: str) -> bool:
+    """Whether ``htu`` names the request URI ``url`` (RFC 9449 §4.3 step 9). An ``htu`` already
+    in normal form, as clients make it, is compared as it is (``normal_htu`` leaves a normal
+    form unchanged)."""
+    expected = _normal_request_uri(url)
+    if not isinstance(htu, str) or expected is None:
+        return False
+    if htu == expected:
+        return True
+    try:
+        return normal_htu(htu) == expected
+    except ValueError:
+        return False
 
 
 def _check_request(claims: Mapping[str, Any], method: str, url: str, now: float) -> None:
@@ -213,11 +266,7 @@ def _check_request(claims: Mapping[str, Any], method: str, url: str, now: float)
         raise InvalidDPoPProof("The DPoP proof needs a jti of 8 to 256 characters")
     if htm != method.upper():
         raise InvalidDPoPProof("The DPoP proof's htm is not this request's method")
-    try:
-        same_uri = isinstance(htu, str) and normal_htu(htu) == normal_htu(url)
-    except ValueError:
-        same_uri = False
-    if not same_uri:
+    if not _same_uri(htu, url):
         raise InvalidDPoPProof("The DPoP proof's htu is not this request's URI")
     if not isinstance(iat, int) or isinstance(iat, bool):
         raise InvalidDPoPProof("The DPoP proof needs a numeric iat")

@@ -21,6 +21,7 @@ from mcpauth.asgi import (
 __all__ = [
     "ASGIApp",
     "BodyTooLarge",
+    "Headers",
     "Message",
     "Receive",
     "Scope",
@@ -30,15 +31,40 @@ __all__ = [
     "jsonrpc_error",
     "outside_http",
     "read_body",
+    "read_headers",
     "refuse_websocket",
     "replay",
     "send_json",
 ]
 
+Headers = dict[bytes, list[bytes]]
+
 
 def header_values(scope: Scope, name: bytes) -> list[bytes]:
     """Every value of header ``name`` (lowercase) in the request."""
     return [value for key, value in scope.get("headers", ()) if key.lower() == name]
+
+
+def read_headers(
+    scope: Scope, names: frozenset[bytes], *, strip: frozenset[bytes]
+) -> tuple[Headers, list[tuple[bytes, bytes]]]:
+    """In one pass over the request's headers: the values of each header of ``names``
+    (lowercase) it carries, in order (a header it lacks has no entry), and its headers less
+    those of ``strip``."""
+    found: Headers = {}
+    kept: list[tuple[bytes, bytes]] = []
+    keep = kept.append
+    for header in scope.get("headers", ()):
+        name = header[0].lower()
+        if name in names:
+            if name in found:
+                found[name].append(header[1])
+            else:
+                found[name] = [header[1]]
+            if name in strip:
+                continue
+        keep(header)
+    return found, kept
 
 
 def first_header(scope: Scope, name: bytes) -> str | None:

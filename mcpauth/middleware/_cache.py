@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import hashlib
 
-from starlette.authentication import BaseUser
-
 from mcpauth.caching import ExpiringCache, wall_clock
-from mcpauth.middleware.verifier import VerifiedToken
+from mcpauth.middleware.identity import Caller
 
-TokenCache = ExpiringCache[bytes, tuple[VerifiedToken, BaseUser]]
+TokenCache = ExpiringCache[bytes, Caller]
 
 
 def token_digest(token: str) -> bytes:
@@ -20,14 +18,16 @@ def token_digest(token: str) -> bytes:
 
 
 def token_cache(max_entries: int) -> TokenCache:
-    """``digest → (VerifiedToken, user)``; ``user`` is the object built for ``scope["user"]``,
-    kept so that a warm request builds nothing. A put without a deadline keeps nothing."""
+    """``digest → Caller``: the verified token with what is built for the application
+    (``scope["user"]``), kept so that a warm request builds nothing. A put without a deadline
+    keeps nothing."""
     return ExpiringCache(0.0, max_entries, clock=wall_clock)
 
 
-def remember(cache: TokenCache, digest: bytes, verified: VerifiedToken, user: BaseUser) -> None:
-    """Keep ``verified`` until it expires; a result with neither ``expires_at`` nor
+def remember(cache: TokenCache, digest: bytes, caller: Caller) -> None:
+    """Keep ``caller`` until its token expires; a result with neither ``expires_at`` nor
     ``cache_until`` is not kept."""
+    verified = caller.token
     bounds = [b for b in (verified.expires_at, verified.cache_until) if b is not None]
     if bounds:
-        cache.put(digest, (verified, user), expires_at=float(min(bounds)))
+        cache.put(digest, caller, expires_at=float(min(bounds)))

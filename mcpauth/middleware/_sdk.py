@@ -8,8 +8,6 @@ adapter builds the SDK's own objects. The import happens on first use, never at 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -62,15 +60,10 @@ def authenticated_user(token: VerifiedToken, digest: bytes) -> BaseUser | None:
     return user
 
 
-@contextmanager
-def sdk_context(user: BaseUser) -> Iterator[None]:
-    """Set the SDK's auth context variable around the application call."""
+def context_var(user: BaseUser) -> Any:
+    """The SDK's auth context variable, which the middleware sets to ``user`` around the
+    application call; ``None`` without the SDK or for a user that is not the SDK's own."""
     sdk = _sdk()
     if sdk is None or not isinstance(user, sdk[0]):
-        yield
-        return
-    reset = sdk[2].set(user)
-    try:
-        yield
-    finally:
-        sdk[2].reset(reset)
+        return None
+    return sdk[2]

@@ -14,9 +14,7 @@ After a request is authenticated the ASGI scope carries:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from starlette.authentication import AuthCredentials, BaseUser, SimpleUser
@@ -67,20 +65,39 @@ def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
     return sdk_user if sdk_user is not None else TokenUser(token)
 
 
-@contextmanager
-def bound(
-    scope: Scope, token: VerifiedToken, user: BaseUser, raw: str | None = None
-) -> Iterator[None]:
-    """Put the caller in ``scope`` and in the context for the duration of the request
-    (``raw``, the token itself, only in the context, for token exchange)."""
-    scope["user"] = user
-    scope["auth"] = AuthCredentials(list(token.scopes))
-    scope[SCOPE_KEY] = token
-    reset = _current.set(token)
-    reset_subject = _subject.set(raw)
-    try:
-        with _sdk.sdk_context(user):
-            yield
-    finally:
-        _subject.reset(reset_subject)
-        _current.reset(reset)
+Resets = tuple["Token[VerifiedToken | None]", "Token[str | None]", Any]
+
+
+class Caller:
+    """A verified token and everything the application is shown of it, built once per token
+    (the middleware keeps it with the token) and put in place around each of its requests
+    with :meth:`enter` and :meth:`leave`."""
+
+    __slots__ = ("_sdk_var", "token", "user")
+
+    def __init__(self, token: VerifiedToken, digest: bytes) -> None:
+        self.token = token
+        self.user = make_user(token, digest)
+        self._sdk_var = _sdk.context_var(self.user)
+
+    def enter(self, scope: Scope, raw: str | None = None) -> Resets:
+        """Put the caller in ``scope`` and in the context (``raw``, the token itself, only in
+        the context, for token exchange); hand what this returns to :meth:`leave`."""
+        token = self.token
+        scope["user"] = self.user
+        scope["auth"] = AuthCredentials(token.scopes)
+        scope[SCOPE_KEY] = token
+        sdk = self._sdk_var
+        return (
+            _current.set(token),
+            _subject.set(raw),
+            None if sdk is None else sdk.set(self.user),
+        )
+
+    def leave(self, resets: Resets) -> None:
+        """Take the caller out of the context again, when its request is over."""
+        current, subject, sdk = resets
+        if sdk is not None:
+            self._sdk_var.reset(sdk)
+        _subject.reset(subject)
+        _current.reset(current)

@@ -28,12 +28,27 @@ class MalformedRequest(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise MalformedRequest(f"duplicate member {key!r}")
-        result[key] = value
+    result = dict(pairs)
+    if len(result) != len(pairs):  # a member came more than once: say which
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise MalformedRequest(f"duplicate member {key!r}")
+            seen.add(key)
     return result
+
+
+# one decoder for every request (json.loads with a hook builds a new one per call)
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+
+
+def _text(body: bytes) -> str:
+    """``body`` decoded as json.loads decodes bytes: UTF-8, -16 or -32 as the first bytes
+    say. A body that opens with ``{`` or ``[`` and no NUL after it is UTF-8 (what
+    ``json.detect_encoding`` concludes too), found without calling it."""
+    if len(body) > 1 and body[0] in b"{[" and body[1]:
+        return body.decode("utf-8", "surrogatepass")
+    return body.decode(json.detect_encoding(body), "surrogatepass")
 
 
 def parse_jsonrpc(body: bytes) -> list[dict[str, Any]]:
@@ -46,7 +61,7 @@ def parse_jsonrpc(body: bytes) -> list[dict[str, Any]]:
         MalformedRequest: not parseable as JSON-RPC.
     """
     try:
-        document = json.loads(body, object_pairs_hook=_no_duplicates)
+        document = _DECODER.decode(_text(body))
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest(str(exc)) from exc
     messages = document if isinstance(document, list) else [document]
@@ -90,29 +105,28 @@ class ScopePolicy:
             "prompts": _table(prompts),
         }
         self.implies = _table(implies)
-
-    @property
-    def reads_body(self) -> bool:
-        """True when a decision depends on the JSON-RPC body."""
-        return bool(self.methods) or any(self.targets.values())
+        # True when a decision depends on the JSON-RPC body
+        self.reads_body = bool(self.methods) or any(self.targets.values())
 
     def needed_for(self, messages: Iterable[Mapping[str, Any]]) -> frozenset[str]:
         """Every scope the messages need together (MCP RS-13, RS-14: all of them at once)."""
-        needed = set(self.required)
+        needed = self.required
         for message in messages:
             method = message.get("method")
             if not isinstance(method, str):
                 continue
-            needed |= self.methods.get(method, frozenset())
+            if method in self.methods:
+                needed = needed | self.methods[method]
             target = _TARGETS.get(method)
             params = message.get("params")
             if target is None or not isinstance(params, dict):
                 continue
             key, table = target
             name = params.get(key)
-            if isinstance(name, str):
-                needed |= self.targets[table].get(name, frozenset())
-        return frozenset(needed)
+            rules = self.targets[table]
+            if isinstance(name, str) and name in rules:
+                needed = needed | rules[name]
+        return needed
 
     def effective(self, granted: Iterable[str]) -> frozenset[str]:
         """``granted`` plus every scope they imply (MCP RS-16: hierarchies count)."""
@@ -127,4 +141,6 @@ class ScopePolicy:
 
     def missing(self, granted: Iterable[str], needed: Iterable[str]) -> frozenset[str]:
         """The needed scopes that ``granted`` does not cover."""
+        if not self.implies:
+            return frozenset(needed).difference(granted)
         return frozenset(needed) - self.effective(granted)

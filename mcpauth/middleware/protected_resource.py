@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx2
-from starlette.authentication import BaseUser
 
 from mcpauth.errors import (
     FetchError,
@@ -35,6 +34,7 @@ from mcpauth.middleware import identity
 from mcpauth.middleware._asgi import (
     ASGIApp,
     BodyTooLarge,
+    Headers,
     Message,
     Receive,
     Scope,
@@ -42,6 +42,7 @@ from mcpauth.middleware._asgi import (
     first_header,
     jsonrpc_error,
     read_body,
+    read_headers,
     replay,
     send_json,
 )
@@ -75,6 +76,17 @@ __all__ = ["ProtectedResourceMiddleware"]
 
 logger = logging.getLogger("mcpauth.middleware")
 SESSION_HEADER = b"mcp-session-id"
+# MCP RS-17: the application (and anything it calls) never receives the caller's token, nor
+# the proof that goes with it.
+_STRIPPED = frozenset({b"authorization", b"dpop"})
+# every request header the middleware reads, collected in one pass over the request's headers
+_READ = _STRIPPED | {
+    b"origin",
+    SESSION_HEADER,
+    b"content-length",
+    b"content-encoding",
+    b"access-control-request-method",
+}
 UNAVAILABLE = "The authorization server is unavailable; try again later"
 
 
@@ -184,10 +196,10 @@ class ProtectedResourceMiddleware(AsyncClosing):
             await self._owned.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, receive, self._lifespan_send(send))
-        elif scope["type"] == "http":
+        if scope["type"] == "http":
             await self._serve_http(scope, receive, send)  # _http, in a span when tracing
+        elif scope["type"] == "lifespan":
+            await self.app(scope, receive, self._lifespan_send(send))
         elif scope["type"] == "websocket":
             # MCP has no WebSocket transport: nothing to protect, so nothing passes.
             deny = _websocket_denial(scope, send)
@@ -199,73 +211,89 @@ class ProtectedResourceMiddleware(AsyncClosing):
         if scope["path"] in self._metadata_paths:
             await self._metadata_endpoint(scope, receive, send)
             return
-        if _is_preflight(scope):
-            _strip_authorization(scope)
+        headers, kept = read_headers(scope, _READ, strip=_STRIPPED)
+        if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
+            scope["headers"] = kept
             await self.app(scope, receive, send)
             return
-        if not self._origin_allowed(scope):
+        allowed = self.allowed_origins
+        if allowed is not None and not _origin_allowed(headers, allowed):
             # MCP Streamable HTTP transport: an invalid Origin gets 403.
             await send_json(send, 403, jsonrpc_error(-32600, "Origin not allowed"))
             return
-        used_dpop = _scheme_of(scope) == "dpop"
         try:
-            token = await self._authenticate(scope)
+            presented = presented_token(
+                headers.get(b"authorization", ()), max_bytes=self.limits.max_header_bytes
+            )
+            caller = await self._authenticate(scope, presented, headers) if presented else None
         except OAuthError as error:
-            await self._refuse(send, error, used_dpop=used_dpop)
+            await self._refuse(send, error, used_dpop=_scheme_of(headers) == "dpop")
             return
-        if token is None:
+        if presented is None or caller is None:
             await self._refuse(send, None)
             return
-        await self._authorized(scope, receive, send, token)
+        scope["headers"] = kept
+        await self._authorized(scope, receive, send, caller, presented, headers)
 
     async def _authorized(
-        self, scope: Scope, receive: Receive, send: Send, token: tuple[VerifiedToken, BaseUser]
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        caller: identity.Caller,
+        presented: tuple[str, str],
+        headers: Headers,
     ) -> None:
-        verified, user = token
-        session_id = first_header(scope, SESSION_HEADER)
+        verified = caller.token
+        session = headers.get(SESSION_HEADER)
+        session_id = session[0].decode("latin-1") if session else None
         # MCP RS-19/RS-20: a session id never authenticates; it must belong to this caller.
         if session_id is not None and not self.sessions.allows(session_id, verified.principal):
             await send_json(send, 404, jsonrpc_error(-32001, "Session not found"))
             return
-        try:
-            needed, receive, messages = await self._needed_scopes(scope, receive)
-        except OAuthError as error:
-            await send_json(send, error.status_code, error.to_dict())
-            return
-        missing = self.policy.missing(verified.scopes, needed)
-        if missing:
+        messages: list[dict[str, Any]] = []
+        needed = self.policy.required
+        if (self.policy.reads_body or self.filter_tools) and scope.get("method") == "POST":
+            try:
+                needed, receive, messages = await self._needed_scopes(receive, headers)
+            except OAuthError as error:
+                await send_json(send, error.status_code, error.to_dict())
+                return
+        if needed and self.policy.missing(verified.scopes, needed):
             description = "This operation needs the scopes: " + " ".join(sorted(needed))
-            used_dpop = _scheme_of(scope) == "dpop"
+            used_dpop = presented[0] == "dpop"
             await self._refuse(send, InsufficientScope(description), needed, used_dpop=used_dpop)
             return
-        presented = presented_token(scope, max_bytes=self.limits.max_header_bytes)
-        raw = presented[1] if presented is not None else None  # for token exchange only
-        _strip_authorization(scope)
+        scheme, raw = presented  # the token itself, for token exchange only
         send_out = self._session_send(scope, send, verified, session_id)
-        if self.dpop.uses_nonces and presented is not None and presented[0] == "dpop":
+        if self.dpop.uses_nonces and scheme == "dpop":
             send_out = _with_headers(send_out, self.dpop.nonce_header())
         if self.filter_tools and any(m.get("method") == "tools/list" for m in messages):
             granted = self.policy.effective(verified.scopes)
             per_tool = self.policy.targets["tools"]
             send_out = filtering_send(send_out, lambda name: per_tool.get(name, set()) <= granted)
-        with identity.bound(scope, verified, user, raw):
+        resets = caller.enter(scope, raw)
+        try:
             await self.app(scope, receive, send_out)
+        finally:
+            caller.leave(resets)
 
-    async def _authenticate(self, scope: Scope) -> tuple[VerifiedToken, BaseUser] | None:
-        presented = presented_token(scope, max_bytes=self.limits.max_header_bytes)
-        if presented is None:
-            return None
+    async def _authenticate(
+        self, scope: Scope, presented: tuple[str, str], headers: Headers
+    ) -> identity.Caller:
         scheme, raw = presented
-        found = await self._verified(raw)
-        # per request, never cached: the proof is of this request (RFC 9449 §7)
-        await self.dpop.check(scope, scheme, raw, dict(found[0].claims), self.resource)
-        return found
-
-    async def _verified(self, raw: str) -> tuple[VerifiedToken, BaseUser]:
         digest = token_digest(raw)
-        cached = self.tokens.get(digest)
-        if cached is not None:
-            return cached
+        caller = self.tokens.get(digest)
+        if caller is None:
+            caller = await self._verified(raw, digest)
+        # per request, never cached: the proof is of this request (RFC 9449 §7)
+        bound = self.dpop.binding(scheme, caller.token.claims)
+        if bound is not None:
+            proofs = headers.get(b"dpop", ())
+            await self.dpop.check_proof(scope, raw, bound, self.resource, proofs=proofs)
+        return caller
+
+    async def _verified(self, raw: str, digest: bytes) -> identity.Caller:
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
         try:
             # whatever a verifier returns is checked for this resource: never a 500
@@ -280,22 +308,19 @@ class ProtectedResourceMiddleware(AsyncClosing):
         except FetchError as exc:  # a verifier of your own let a failed fetch through
             logger.warning("cannot verify a token right now: %s", exc.message)
             raise TemporarilyUnavailable(UNAVAILABLE) from exc
-        user = identity.make_user(verified, digest)
-        remember(self.tokens, digest, verified, user)
-        return verified, user
+        caller = identity.Caller(verified, digest)
+        remember(self.tokens, digest, caller)
+        return caller
 
     async def _needed_scopes(
-        self, scope: Scope, receive: Receive
+        self, receive: Receive, headers: Headers
     ) -> tuple[frozenset[str], Receive, list[dict[str, Any]]]:
-        """The scopes the request needs, the ``receive`` that replays its body, and its
-        JSON-RPC messages (read only when a decision depends on them)."""
-        reads = self.policy.reads_body or self.filter_tools
-        if not reads or scope.get("method") != "POST":
-            return self.policy.required, receive, []
-        length = first_header(scope, b"content-length")
+        """The scopes a POST needs, the ``receive`` that replays its body, and its JSON-RPC
+        messages (read when a decision depends on them)."""
+        length = _first(headers, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise PayloadTooLarge("The request body is too large")
-        encoding = first_header(scope, b"content-encoding")
+        encoding = _first(headers, b"content-encoding")
         if encoding is not None and encoding.strip().lower() != "identity":
             raise InvalidRequest("Encoded request bodies are not accepted")
         try:
@@ -329,10 +354,6 @@ class ProtectedResourceMiddleware(AsyncClosing):
         """The requests that need no token: the metadata document, CORS preflights."""
         return scope["path"] in self._metadata_paths or _is_preflight(scope)
 
-    def _origin_allowed(self, scope: Scope) -> bool:
-        origin = first_header(scope, b"origin")
-        return self.allowed_origins is None or origin is None or origin in self.allowed_origins
-
     def _session_send(
         self, scope: Scope, send: Send, verified: VerifiedToken, request_session: str | None
     ) -> Send:
@@ -341,9 +362,10 @@ class ProtectedResourceMiddleware(AsyncClosing):
         async def session_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
-                issued = _response_header(message, SESSION_HEADER)
-                if issued is not None and status < 400:
-                    self.sessions.bind(issued, verified.principal)
+                if status < 400:
+                    issued = _response_header(message, SESSION_HEADER)
+                    if issued is not None:
+                        self.sessions.bind(issued, verified.principal)
                 if method == "DELETE" and request_session is not None and status < 300:
                     self.sessions.forget(request_session)
             await send(message)
@@ -359,12 +381,14 @@ class ProtectedResourceMiddleware(AsyncClosing):
         return lifespan_send
 
 
-def _strip_authorization(scope: Scope) -> None:
-    # MCP RS-17: the application (and anything it calls) never receives the caller's token,
-    # nor the proof that goes with it.
-    scope["headers"] = [
-        (k, v) for k, v in scope["headers"] if k.lower() not in (b"authorization", b"dpop")
-    ]
+def _first(headers: Headers, name: bytes) -> str | None:
+    values = headers.get(name)
+    return values[0].decode("latin-1") if values else None
+
+
+def _origin_allowed(headers: Headers, allowed: frozenset[str]) -> bool:
+    origin = _first(headers, b"origin")
+    return origin is None or origin in allowed
 
 
 def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
@@ -383,10 +407,10 @@ def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
     return send_with_headers
 
 
-def _scheme_of(scope: Scope) -> str | None:
+def _scheme_of(headers: Headers) -> str | None:
     """The scheme of the request's Authorization header, lower case, unchecked (for choosing
     which challenge carries an error)."""
-    value = first_header(scope, b"authorization")
+    value = _first(headers, b"authorization")
     return value.strip().split(" ", 1)[0].lower() if value else None
 
 
@@ -409,6 +433,7 @@ def _websocket_denial(scope: Scope, send: Send) -> Send:
 
 
 def _is_preflight(scope: Scope) -> bool:
+    """A CORS preflight (for the tracing hook: ``_http`` reads the headers it has read)."""
     return (
         scope.get("method") == "OPTIONS"
         and first_header(scope, b"access-control-request-method") is not None

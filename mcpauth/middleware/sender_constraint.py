@@ -16,7 +16,8 @@ clients move to the next one without a refusal in between.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import unquote
@@ -25,8 +26,10 @@ from mcpauth import dpop
 from mcpauth.caching import wall_clock
 from mcpauth.dpop import DPoPNonces, MemoryReplayCache, ReplayCache, ReplayCacheFull
 from mcpauth.errors import InvalidDPoPProof, InvalidToken, TemporarilyUnavailable, UseDPoPNonce
-from mcpauth.middleware._asgi import Scope, header_values
+from mcpauth.middleware._asgi import Scope
 from mcpauth.uris import origin
+
+_origin = functools.lru_cache(maxsize=16)(origin)  # of the resource: one or a few per process
 
 __all__ = ["DPoP"]
 
@@ -84,17 +87,15 @@ class DPoP:
             return {}
         return {"DPoP-Nonce": self._nonces.current(self.clock() if now is None else now)}
 
-    async def check(
-        self, scope: Scope, scheme: str, token: str, claims: dict[str, Any], resource: str
-    ) -> None:
-        """Refuse the request unless ``token``, presented with ``scheme``, may be used so.
+    def binding(self, scheme: str, claims: Mapping[str, Any]) -> str | None:
+        """The key thumbprint a proof must be of when a token with ``claims`` comes with
+        ``scheme`` (its ``cnf.jkt``: the DPoP scheme), or ``None`` when the token may be used
+        without one (Bearer).
 
         Raises:
             SchemeRefused: a bound token as Bearer, an unbound one as DPoP, or Bearer when
                 DPoP is required (401 with a DPoP challenge).
-            ProofRefused: no proof or a proof that fails a check (401, invalid_dpop_proof).
-            NonceNeeded: a nonce is required and missing or old (401, use_dpop_nonce).
-            TemporarilyUnavailable: the replay record is full.
+            InvalidToken: ``cnf.jkt`` is not a string.
         """
         cnf = claims.get("cnf")
         bound = cnf.get("jkt") if isinstance(cnf, dict) else None
@@ -105,13 +106,47 @@ class DPoP:
                 raise SchemeRefused("This token is DPoP-bound: send it with the DPoP scheme")
             if self.required:
                 raise SchemeRefused("This resource accepts DPoP-bound tokens only")
-            return
+            return None
         if bound is None:
             raise SchemeRefused("This token is not DPoP-bound: send it with the Bearer scheme")
-        values = [v.decode("latin-1") for v in header_values(scope, b"dpop")]
+        return bound
+
+    async def check(
+        self,
+        scope: Scope,
+        scheme: str,
+        token: str,
+        claims: Mapping[str, Any],
+        resource: str,
+        *,
+        proofs: Sequence[bytes],
+    ) -> None:
+        """Refuse the request unless ``token``, presented with ``scheme``, may be used so:
+        :meth:`binding`, then :meth:`check_proof` when it names a key.
+
+        Raises:
+            SchemeRefused, InvalidToken: see :meth:`binding`.
+            ProofRefused, NonceNeeded, TemporarilyUnavailable: see :meth:`check_proof`.
+        """
+        bound = self.binding(scheme, claims)
+        if bound is not None:
+            await self.check_proof(scope, token, bound, resource, proofs=proofs)
+
+    async def check_proof(
+        self, scope: Scope, token: str, bound: str, resource: str, *, proofs: Sequence[bytes]
+    ) -> None:
+        """Refuse the request unless ``proofs`` (its ``DPoP`` header values) are one proof of
+        the key ``bound`` for this very request to ``resource`` with ``token``, used once.
+
+        Raises:
+            ProofRefused: no proof or a proof that fails a check (401, invalid_dpop_proof).
+            NonceNeeded: a nonce is required and missing or old (401, use_dpop_nonce).
+            TemporarilyUnavailable: the replay record is full.
+        """
+        values = [v.decode("latin-1") for v in proofs]
         if not values:
             raise ProofRefused("A DPoP proof is required with the DPoP scheme")
-        url = origin(resource) + request_path(scope)
+        url = _origin(resource) + request_path(scope)
         now = self.clock()
         try:
             proof = dpop.check_proof(
