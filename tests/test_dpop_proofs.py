@@ -19,7 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from mcpauth import jwt
 from mcpauth.dpop import (
+    _HEADER_CACHE_SIZE,
     MAX_AGE,
+    _header_key,
     access_token_hash,
     check_proof,
     make_proof,
@@ -272,6 +274,41 @@ def test_htu_is_compared_after_normalisation(first: str, second: str) -> None:
 )
 def test_htu_differences_that_matter_stay(first: str, second: str) -> None:
     assert normal_htu(first) != normal_htu(second)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://AS.example.com:443/a%7eb/%2f?q=1#f",
+        "http://[::1]:8080/x%41y",
+        "https://as.example.com",
+        "http://127.0.0.1:80/%e2%82%ac",
+    ],
+)
+def test_a_normal_htu_is_its_own_normal_form(url: str) -> None:
+    # check_proof compares an htu already in normal form as it is
+    assert normal_htu(normal_htu(url)) == normal_htu(url)
+
+
+def test_an_htu_not_in_normal_form_still_names_the_request() -> None:
+    assert _check(_c(htu="https://AS.example.com:443/token")).jti == "proof-0001"
+
+
+def test_a_key_accepted_once_is_checked_again_under_other_algorithms() -> None:
+    proof = _proof()
+    _check(proof)
+    with pytest.raises(InvalidDPoPProof, match="alg must be one of EdDSA"):
+        _check(proof, algorithms=("EdDSA",))
+
+
+def test_kept_proof_keys_are_bounded_and_refused_headers_are_not_kept() -> None:
+    for _ in range(_HEADER_CACHE_SIZE + 20):  # as many clients, each with a key of its own
+        _check(_proof(key=ec.generate_private_key(ec.SECP256R1())))
+    assert _header_key.cache_info().currsize == _HEADER_CACHE_SIZE
+    _header_key.cache_clear()
+    with pytest.raises(InvalidDPoPProof):
+        _check(_private_jwk())
+    assert _header_key.cache_info().currsize == 0
 
 
 def test_the_clock_defaults_to_now() -> None:

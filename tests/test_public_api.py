@@ -77,7 +77,7 @@ def test_every_name_in_all_exists_once_and_is_documented(name: str) -> None:
 @pytest.mark.parametrize("name", PACKAGES)
 def test_a_package_binds_no_public_name_it_does_not_list(name: str) -> None:
     package = importlib.import_module(name)
-    public = {  # dir(): also the names a package imports on first use (mcpauth.server)
+    public = {  # dir(): also the names a package imports on first use (server, client)
         n
         for n in dir(package)
         if not n.startswith("_") and not isinstance(getattr(package, n), ModuleType)

@@ -15,10 +15,14 @@ from mcpauth.errors import MCPAuthError
 GROUPS = (serve, users, resources, clients, idps, keys, db, proxy, login, demo)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser of every group, or only of the group whose command ``argv`` starts with:
+    building a group's parser can import its part, and `mcpauth token` should not wait for
+    the proxy's (help and unknown commands get every group)."""
     parser = argparse.ArgumentParser(prog="mcpauth", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in GROUPS:
+    named = [group for group in GROUPS if argv and argv[0] in group.COMMANDS]
+    for group in named or GROUPS:
         group.add_parser(sub)
     return parser
 
@@ -39,8 +43,8 @@ def _database_problem(exc: Exception) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -8,6 +8,8 @@ from typing import Any
 
 from mcpauth.cli._shared import CommandError, record_group, run_record_action
 
+COMMANDS = ("clients",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with record_group(

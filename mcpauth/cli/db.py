@@ -9,6 +9,8 @@ from typing import Any
 
 from mcpauth.cli._shared import admin_group, open_admin, print_json, settings
 
+COMMANDS = ("db",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with admin_group(sub, "db", "database schema", cmd_db) as db:

@@ -8,6 +8,8 @@ from typing import Any
 
 from mcpauth.cli._shared import collection_paused
 
+COMMANDS = ("demo",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="auth server + protected demo MCP server on loopback")

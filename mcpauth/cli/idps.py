@@ -12,6 +12,8 @@ from typing import Any
 
 from mcpauth.cli._shared import CommandError, admin_group, open_admin, print_json, settings
 
+COMMANDS = ("idps",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with admin_group(

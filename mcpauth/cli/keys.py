@@ -7,6 +7,8 @@ from typing import Any
 
 from mcpauth.cli._shared import admin_group, open_admin, print_json
 
+COMMANDS = ("keys",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with admin_group(sub, "keys", "signing keys", cmd_keys) as keys:

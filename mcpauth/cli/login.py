@@ -8,6 +8,8 @@ from typing import Any
 
 from mcpauth.cli._shared import missing_extra
 
+COMMANDS = ("login", "token", "logout")  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     try:

@@ -7,6 +7,8 @@ from typing import Any
 
 from mcpauth.cli._shared import missing_extra
 
+COMMANDS = ("proxy",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     try:

@@ -7,6 +7,8 @@ from typing import Any
 
 from mcpauth.cli._shared import record_group, run_record_action
 
+COMMANDS = ("resources",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with record_group(

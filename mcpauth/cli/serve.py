@@ -7,6 +7,8 @@ from typing import Any
 
 from mcpauth.cli._shared import add_database_options, collection_paused, settings
 
+COMMANDS = ("serve",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the authorization server")

@@ -9,6 +9,8 @@ from typing import Any
 
 from mcpauth.cli._shared import CommandError, record_group, run_record_action
 
+COMMANDS = ("users",)  # the commands add_parser adds
+
 
 def add_parser(sub: Any) -> None:
     with record_group(

@@ -12,54 +12,70 @@
 Needs the ``client`` extra (``pip install 'mcpauth-kit[client]'``). The reference is
 ``docs/api/client.md``; the sans-I/O flow underneath is :mod:`mcpauth.client.flow`. Imports
 nothing from ``mcpauth.server``.
+
+Each name is imported from its module when first used (PEP 562), so that ``mcpauth token``
+reading a stored token loads neither the HTTP libraries nor pydantic nor the JOSE stack.
 """
+
+import importlib as _importlib
+import typing as _typing
 
 from mcpauth.client._extras import CLIENT as _CLIENT
 from mcpauth.client._extras import require as _require
 
 _require(_CLIENT, extra="client", part="mcpauth.client")
 
-from mcpauth.client.auth import OAuth  # noqa: E402
-from mcpauth.client.authorization import PendingAuthorization, select_scope  # noqa: E402
-from mcpauth.client.callback import (  # noqa: E402
-    CallableRedirectHandler,
-    LoopbackRedirectHandler,
-    RedirectHandler,
-)
-from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge  # noqa: E402
-from mcpauth.client.compatibility import ServerCompatibility  # noqa: E402
-from mcpauth.client.credentials import ClientCredentials  # noqa: E402
-from mcpauth.client.discovery import Discovery, ServerSelector  # noqa: E402
-from mcpauth.client.enterprise import IdentityAssertion  # noqa: E402
-from mcpauth.client.errors import (  # noqa: E402
-    AuthorizationFailed,
-    CallbackTimeout,
-    ClientError,
-    DiscoveryError,
-    IssuerMismatch,
-    LoginRequired,
-    PKCENotSupported,
-    RegistrationError,
-    ResourceMismatch,
-    TokenRequestFailed,
-    UnsafeURL,
-)
-from mcpauth.client.options import (  # noqa: E402
-    AuthorizationCodeGrant,
-    ClientCredentialsGrant,
-    Grant,
-    JWTBearerGrant,
-    Policy,
-    WorkloadIdentityGrant,
-)
-from mcpauth.client.registration import Registration  # noqa: E402
-from mcpauth.client.storage import (  # noqa: E402
-    FileStorage,
-    MemoryStorage,
-    TokenKey,
-    TokenStorage,
-)
-from mcpauth.client.tokens import TokenSet  # noqa: E402
+if _typing.TYPE_CHECKING:
+    from mcpauth.client.auth import OAuth
+    from mcpauth.client.authorization import (
+        PendingAuthorization,
+        select_scope,
+    )
+    from mcpauth.client.callback import (
+        CallableRedirectHandler,
+        LoopbackRedirectHandler,
+        RedirectHandler,
+    )
+    from mcpauth.client.challenge import (
+        BearerChallenge,
+        parse_bearer_challenge,
+    )
+    from mcpauth.client.compatibility import ServerCompatibility
+    from mcpauth.client.credentials import ClientCredentials
+    from mcpauth.client.discovery import (
+        Discovery,
+        ServerSelector,
+    )
+    from mcpauth.client.enterprise import IdentityAssertion
+    from mcpauth.client.errors import (
+        AuthorizationFailed,
+        CallbackTimeout,
+        ClientError,
+        DiscoveryError,
+        IssuerMismatch,
+        LoginRequired,
+        PKCENotSupported,
+        RegistrationError,
+        ResourceMismatch,
+        TokenRequestFailed,
+        UnsafeURL,
+    )
+    from mcpauth.client.options import (
+        AuthorizationCodeGrant,
+        ClientCredentialsGrant,
+        Grant,
+        JWTBearerGrant,
+        Policy,
+        WorkloadIdentityGrant,
+    )
+    from mcpauth.client.registration import Registration
+    from mcpauth.client.storage import (
+        FileStorage,
+        MemoryStorage,
+        TokenKey,
+        TokenStorage,
+    )
+    from mcpauth.client.tokens import TokenSet
 
 __all__ = [
     "AuthorizationCodeGrant",
@@ -99,3 +115,57 @@ __all__ = [
     "parse_bearer_challenge",
     "select_scope",
 ]
+
+# the module each name comes from
+_HOMES = {
+    "OAuth": "auth",
+    "PendingAuthorization": "authorization",
+    "select_scope": "authorization",
+    "CallableRedirectHandler": "callback",
+    "LoopbackRedirectHandler": "callback",
+    "RedirectHandler": "callback",
+    "BearerChallenge": "challenge",
+    "parse_bearer_challenge": "challenge",
+    "ServerCompatibility": "compatibility",
+    "ClientCredentials": "credentials",
+    "Discovery": "discovery",
+    "ServerSelector": "discovery",
+    "IdentityAssertion": "enterprise",
+    "AuthorizationFailed": "errors",
+    "CallbackTimeout": "errors",
+    "ClientError": "errors",
+    "DiscoveryError": "errors",
+    "IssuerMismatch": "errors",
+    "LoginRequired": "errors",
+    "PKCENotSupported": "errors",
+    "RegistrationError": "errors",
+    "ResourceMismatch": "errors",
+    "TokenRequestFailed": "errors",
+    "UnsafeURL": "errors",
+    "AuthorizationCodeGrant": "options",
+    "ClientCredentialsGrant": "options",
+    "Grant": "options",
+    "JWTBearerGrant": "options",
+    "Policy": "options",
+    "WorkloadIdentityGrant": "options",
+    "Registration": "registration",
+    "FileStorage": "storage",
+    "MemoryStorage": "storage",
+    "TokenKey": "storage",
+    "TokenStorage": "storage",
+    "TokenSet": "tokens",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # bound: the next use does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    """What the package offers: what it has bound so far and what it binds on first use."""
+    return sorted({*globals(), *_HOMES})

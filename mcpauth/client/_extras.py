@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 CLIENT = ("httpx2", "filelock")  # the `client` extra
 CONFORMANCE = ("mcp", *CLIENT)  # the `conformance` extra
@@ -24,11 +25,12 @@ def install_hint(module: str, extra: str) -> str:
 
 
 def require(modules: tuple[str, ...], *, extra: str, part: str) -> None:
-    """Import ``modules`` or stop with the extra that brings them.
+    """Stop with the extra that brings ``modules`` unless each of them is installed; what is
+    installed is imported where it is used, not here.
 
     Raises:
         ImportError: one is missing; the message names it and the extra to install.
     """
-    module = first_missing(modules)
+    module = next((m for m in modules if importlib.util.find_spec(m) is None), None)
     if module is not None:
         raise ImportError(f"{part} {install_hint(module, extra)}", name=module)

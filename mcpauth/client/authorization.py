@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from mcpauth.client.discovery import check_url
 from mcpauth.client.errors import AuthorizationFailed
 from mcpauth.client.pkce import PKCE, new_state, require_s256
-from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.oauth import format_scope, same_secret
+
+if TYPE_CHECKING:
+    from mcpauth.metadata import AuthorizationServerMetadata
 
 OFFLINE_ACCESS = "offline_access"
 

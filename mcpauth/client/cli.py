@@ -111,18 +111,17 @@ def add_client_parsers(subparsers: Any) -> None:
     logout.set_defaults(handler=cmd_logout)
 
 
-def _oauth(args: argparse.Namespace) -> Any:
-    from mcpauth.client import (
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """What the flags say of the client, its grant and its policy: ``OAuth``'s keywords
+    besides the storage and the redirect handler."""
+    from mcpauth.client.credentials import ClientCredentials
+    from mcpauth.client.options import (
         AuthorizationCodeGrant,
-        ClientCredentials,
         ClientCredentialsGrant,
-        FileStorage,
-        LoopbackRedirectHandler,
-        OAuth,
         Policy,
-        Registration,
         WorkloadIdentityGrant,
     )
+    from mcpauth.client.registration import Registration
 
     secret = os.environ.get(args.client_secret_env) if args.client_secret_env else None
     credentials = None if args.client_id is None else ClientCredentials(args.client_id, secret)
@@ -135,17 +134,24 @@ def _oauth(args: argparse.Namespace) -> Any:
             token_env=args.workload_token_env,
             scopes=args.scope,
         )
+    return {
+        "credentials": credentials,
+        "registration": Registration("mcpauth", client_metadata_url=args.client_metadata_url),
+        "grant": grant,
+        "policy": Policy(
+            dpop="required" if args.dpop else "off", compatibility=_compatibility(args)
+        ),
+    }
+
+
+def _oauth(args: argparse.Namespace) -> Any:
+    from mcpauth.client import FileStorage, LoopbackRedirectHandler, OAuth
+
     handler = LoopbackRedirectHandler(
         port=args.port, open_browser=not args.no_browser, timeout=args.timeout
     )
     return OAuth(
-        args.url,
-        credentials=credentials,
-        registration=Registration("mcpauth", client_metadata_url=args.client_metadata_url),
-        storage=FileStorage(args.store),
-        redirect_handler=handler,
-        grant=grant,
-        policy=Policy(dpop="required" if args.dpop else "off", compatibility=_compatibility(args)),
+        args.url, storage=FileStorage(args.store), redirect_handler=handler, **_options(args)
     )
 
 
@@ -171,6 +177,7 @@ def _compatibility(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[int, Any, Any]:
+    """The exit code, the tokens (``None`` on failure) and the flow that got them."""
     import httpx2
 
     from mcpauth.client import errors
@@ -186,11 +193,35 @@ def _run(args: argparse.Namespace, *, interactive: bool, force: bool) -> tuple[i
     ]
     oauth = _oauth(args)
     try:
-        return EXIT_OK, oauth.token_sync(force=force, interactive=interactive), oauth
+        return EXIT_OK, oauth.token_sync(force=force, interactive=interactive), oauth.flow
     except (errors.ClientError, httpx2.HTTPError) as exc:
         print(f"mcpauth: {exc}", file=sys.stderr)
         code = next(code for kind, code in outcomes if isinstance(exc, kind))
-        return code, None, oauth
+        return code, None, oauth.flow
+
+
+def _stored(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The stored tokens when they are valid as they are, and their flow; ``(None, None)``
+    when getting a token takes the network (a refresh), a browser or an error to report: the
+    command then runs in full. Reading a stored token this way imports none of the HTTP
+    stack."""
+    from mcpauth.client.errors import ClientError
+    from mcpauth.client.flow import FlowConfig, OAuthFlow
+    from mcpauth.client.steps import Lock, StorageCall
+    from mcpauth.client.storage import FileStorage
+
+    flow = OAuthFlow(FlowConfig(args.url, **_options(args)), FileStorage(args.store))
+    steps = flow.acquire_flow(interactive=args.login)
+    try:
+        step = next(steps)
+        while isinstance(step, Lock | StorageCall):  # one process, one thread: no lock to take
+            step = steps.send(step.run() if isinstance(step, StorageCall) else None)
+    except StopIteration as done:
+        return done.value, flow
+    except ClientError:
+        return None, None
+    steps.close()
+    return None, None
 
 
 def cmd_login(args: argparse.Namespace) -> int:
@@ -201,13 +232,15 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    code, tokens, oauth = _run(args, interactive=args.login, force=False)
+    code, (tokens, flow) = EXIT_OK, _stored(args)
+    if tokens is None:
+        code, tokens, flow = _run(args, interactive=args.login, force=False)
     if code != EXIT_OK:
         return code
     if not tokens.bound:
         print(tokens.access_token)
         return code
-    key = oauth.flow.dpop_key
+    key = flow.dpop_key
     if not args.dpop or key is None:
         print(
             "mcpauth: the stored token is DPoP-bound: add --dpop to print it with a proof",

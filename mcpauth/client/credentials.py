@@ -5,11 +5,13 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpauth import jwt as jose
 from mcpauth.client.errors import RegistrationError
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, basic_authorization
+
+if TYPE_CHECKING:  # PyJWT is imported when an assertion is signed (not for a stored token)
+    from mcpauth import jwt as jose
 
 ASSERTION_LIFETIME = 60  # seconds; RFC 7523 §3: short-lived
 
@@ -84,6 +86,8 @@ def client_assertion(
     Raises:
         RegistrationError: the credentials carry no private key.
     """
+    from mcpauth import jwt as jose
+
     if credentials.private_key is None:
         raise RegistrationError("private_key_jwt needs a private key")
     issued = int(time.time() if now is None else now)

@@ -11,15 +11,11 @@ byte for byte. Servers from 2025-03-26 without PRM get the old fallbacks.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse, get
 from mcpauth.client.challenge import BearerChallenge
 from mcpauth.client.errors import DiscoveryError, IssuerMismatch, ResourceMismatch, UnsafeURL
-from mcpauth.metadata import AuthorizationServerMetadata, ProtectedResourceMetadata
 from mcpauth.uris import (
     URIError,
     authorization_server_metadata_urls,
@@ -34,18 +30,85 @@ Exchange = Generator[HTTPRequest, HTTPResponse, Any]
 ServerSelector = Callable[[list[str]], str]
 """Picks one issuer from the ``authorization_servers`` a resource lists (MCP leaves it to us)."""
 
+if TYPE_CHECKING:  # pydantic is imported when a document is read (not for a stored token)
+    from pydantic import BaseModel
+
+    from mcpauth.metadata import AuthorizationServerMetadata, ProtectedResourceMetadata
+
 PRM_SUFFIX = "oauth-protected-resource"
-_Model = TypeVar("_Model", bound=BaseModel)
+_Model = TypeVar("_Model", bound="BaseModel")
 
 
-@dataclass(frozen=True)
 class Discovery:
-    """What discovery found: the resource to ask for, the issuer and its metadata."""
+    """What discovery found: the resource to ask for, the issuer and its metadata.
+
+    Immutable. One read back from storage (:meth:`from_json`) checks its documents when they
+    are first used, not before: reading a stored token needs neither of them.
+    """
+
+    __slots__ = ("_metadata", "_protected_resource", "issuer", "resource")
 
     resource: str
     issuer: str
-    metadata: AuthorizationServerMetadata
-    protected_resource: ProtectedResourceMetadata | None = None
+    _metadata: AuthorizationServerMetadata | _Unchecked
+    _protected_resource: ProtectedResourceMetadata | _Unchecked | None
+
+    def __init__(
+        self,
+        resource: str,
+        issuer: str,
+        metadata: AuthorizationServerMetadata,
+        protected_resource: ProtectedResourceMetadata | None = None,
+    ) -> None:
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "issuer", issuer)
+        # a document, or its stored JSON until first used
+        object.__setattr__(self, "_metadata", metadata)
+        object.__setattr__(self, "_protected_resource", protected_resource)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Discovery is immutable: cannot set {name!r}")
+
+    @property
+    def metadata(self) -> AuthorizationServerMetadata:
+        """The authorization server's metadata (RFC 8414).
+
+        Raises:
+            pydantic.ValidationError: a stored document that is not metadata.
+        """
+        value = self._metadata
+        if isinstance(value, _Unchecked):
+            from mcpauth.metadata import AuthorizationServerMetadata
+
+            value = AuthorizationServerMetadata.model_validate(value.document)
+            object.__setattr__(self, "_metadata", value)
+        return value
+
+    @property
+    def protected_resource(self) -> ProtectedResourceMetadata | None:
+        """The MCP server's protected resource metadata (RFC 9728); ``None`` for a
+        2025-03-26 server without it.
+
+        Raises:
+            pydantic.ValidationError: a stored document that is not such metadata.
+        """
+        value = self._protected_resource
+        if isinstance(value, _Unchecked):
+            from mcpauth.metadata import ProtectedResourceMetadata
+
+            value = ProtectedResourceMetadata.model_validate(value.document)
+            object.__setattr__(self, "_protected_resource", value)
+        return value
+
+    def __repr__(self) -> str:
+        return f"Discovery(resource={self.resource!r}, issuer={self.issuer!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Discovery):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]  # holds mutable documents, as it always did
 
     @property
     def legacy(self) -> bool:
@@ -63,13 +126,23 @@ class Discovery:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Discovery:
+        """What :meth:`to_json` stored; its documents are checked when first used."""
         prm = data.get("protected_resource")
         return cls(
-            resource=data["resource"],
-            issuer=data["issuer"],
-            metadata=AuthorizationServerMetadata.model_validate(data["metadata"]),
-            protected_resource=ProtectedResourceMetadata.model_validate(prm) if prm else None,
+            data["resource"],
+            data["issuer"],
+            _Unchecked(data["metadata"]),  # type: ignore[arg-type]
+            _Unchecked(prm) if prm else None,  # type: ignore[arg-type]
         )
+
+
+class _Unchecked:
+    """A stored document, not checked yet."""
+
+    __slots__ = ("document",)
+
+    def __init__(self, document: Any) -> None:
+        self.document = document
 
 
 def check_url(url: str, what: str) -> str:
@@ -114,6 +187,8 @@ def resource_matches(resource: str, server_url: str) -> bool:
 
 def legacy_metadata(server_url: str) -> AuthorizationServerMetadata:
     """MCP 2025-03-26 default endpoints on the server's origin (path dropped)."""
+    from mcpauth.metadata import AuthorizationServerMetadata
+
     base = origin(server_url)
     return AuthorizationServerMetadata(
         issuer=base,
@@ -129,6 +204,8 @@ def _first_document(
 ) -> Generator[HTTPRequest, HTTPResponse, tuple[str, _Model] | None]:
     """The first of ``urls`` that answers 200 with a JSON object ``model`` accepts, and its
     URL; ``None`` when none does (a missing, unreadable or invalid document is passed over)."""
+    from pydantic import ValidationError
+
     for url in urls:
         response = yield get(url)
         document = response.json_object() if response.status_code == 200 else None
@@ -150,6 +227,8 @@ def fetch_protected_resource(
         ResourceMismatch: the document is for another resource.
         UnsafeURL: the ``resource_metadata`` URL is not http(s).
     """
+    from mcpauth.metadata import ProtectedResourceMetadata
+
     hinted = challenge.resource_metadata if challenge else None
     urls = (check_url(url, "resource metadata URL") for url in prm_urls(server_url, hinted))
     found = yield from _first_document(urls, ProtectedResourceMetadata)
@@ -174,6 +253,8 @@ def fetch_metadata(
     Raises:
         IssuerMismatch: the document's ``issuer`` is not ``issuer`` exactly (RFC 8414 §3.3).
     """
+    from mcpauth.metadata import AuthorizationServerMetadata
+
     found = yield from _first_document(metadata_urls(issuer), AuthorizationServerMetadata)
     if found is None:
         return None

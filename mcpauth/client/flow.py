@@ -464,7 +464,9 @@ class OAuthFlow:
             if configured.issuer not in (None, discovery.issuer):
                 return None
             return configured.bound_to(discovery.issuer)
-        cimd = cimd_credentials(self.config.registration, discovery.metadata)
+        cimd = None
+        if self.config.registration.client_metadata_url:  # else the metadata is not needed
+            cimd = cimd_credentials(self.config.registration, discovery.metadata)
         return cimd or (yield from self._store("get_client", discovery.issuer))
 
     def forget(self) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcpauth.client.errors import PKCENotSupported
-from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.oauth import s256
+
+if TYPE_CHECKING:
+    from mcpauth.metadata import AuthorizationServerMetadata
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,15 @@ the MCP server (with ``ath``). ES256 by default, EdDSA when the server offers on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+if TYPE_CHECKING:  # cryptography is imported when a key is used (not for a Bearer token)
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from mcpauth import jwt
-from mcpauth.dpop import make_proof
+    PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 # What this client signs with, in order of preference.
 ALGORITHMS = ("ES256", "EdDSA")
-
-PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
 def choose_algorithm(offered: Any) -> str | None:
@@ -38,6 +35,8 @@ class DPoPKey:
 
     @classmethod
     def generate(cls, alg: str = "ES256") -> DPoPKey:
+        from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
         if alg == "EdDSA":
             return cls(ed25519.Ed25519PrivateKey.generate(), alg)
         if alg == "ES256":
@@ -47,16 +46,22 @@ class DPoPKey:
     @property
     def thumbprint(self) -> str:
         """RFC 7638 thumbprint: what a bound token's ``cnf.jkt`` names."""
+        from mcpauth import jwt
+
         return jwt.thumbprint(jwt.public_jwk(self.key.public_key(), kid="", alg=self.alg))
 
     def proof(
         self, method: str, url: str, *, access_token: str | None = None, nonce: str | None = None
     ) -> str:
+        from mcpauth.dpop import make_proof
+
         return make_proof(
             self.key, alg=self.alg, method=method, url=url, access_token=access_token, nonce=nonce
         )
 
     def to_json(self) -> dict[str, str]:
+        from cryptography.hazmat.primitives import serialization
+
         pem = self.key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
@@ -67,6 +72,9 @@ class DPoPKey:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DPoPKey | None:
         """The key stored by :meth:`to_json`; None when the record is not one."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
         try:
             key = serialization.load_pem_private_key(str(data["pem"]).encode(), password=None)
         except (KeyError, ValueError, TypeError):

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-from pydantic import ValidationError
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse, post_json
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.errors import RegistrationError
-from mcpauth.metadata import AuthorizationServerMetadata, ClientInformation, ClientMetadata
 from mcpauth.oauth import SECRET_METHODS
 from mcpauth.uris import is_loopback_host
+
+if TYPE_CHECKING:  # pydantic is imported when a registration is made (not for a stored token)
+    from mcpauth.metadata import AuthorizationServerMetadata
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def registration_request(
     Raises:
         RegistrationError: the server has no registration endpoint.
     """
+    from mcpauth.metadata import ClientMetadata
+
     if not metadata.registration_endpoint:
         raise RegistrationError(
             "the authorization server supports neither client ID metadata documents nor dynamic "
@@ -112,6 +115,10 @@ def parse_registration_response(response: HTTPResponse, issuer: str) -> ClientCr
     Raises:
         RegistrationError: an error response (its code and description are in the message).
     """
+    from pydantic import ValidationError
+
+    from mcpauth.metadata import ClientInformation
+
     body = response.json_object()
     if response.status_code not in (200, 201) or body is None:
         body = body or {}

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from filelock import FileLock
-
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.discovery import Discovery
 from mcpauth.client.proofs import DPoPKey
@@ -160,7 +158,8 @@ class FileStorage(_DocumentStorage):
 
     The lock is the operating system's lock on ``<file>.lock`` (``flock`` on Linux and macOS,
     a Windows file lock on Windows, through the ``filelock`` package): every program that uses
-    the file takes it, and it is released when a process dies.
+    the file takes it to change the file, and it is released when a process dies. Reading
+    takes it only on Windows (see :meth:`_read`).
     """
 
     blocking: ClassVar[bool] = True  # waits on the disk and the lock: not on the event loop
@@ -174,6 +173,8 @@ class FileStorage(_DocumentStorage):
 
     @contextlib.contextmanager
     def _edit(self) -> Iterator[dict[str, Any]]:
+        from filelock import FileLock  # imported by the first edit: a read needs no lock
+
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with FileLock(self.lock_path, mode=0o600):
             document = self._load()
@@ -181,6 +182,14 @@ class FileStorage(_DocumentStorage):
             yield document
             if json.dumps(document, sort_keys=True) != before:
                 self._write(document)
+
+    def _read(self) -> dict[str, Any]:
+        if os.name != "posix":
+            return super()._read()
+        # Every write replaces the file whole (os.replace), so a reader sees one version or
+        # the next, never a mix, and needs no lock (on Windows a reader that holds the file
+        # open would make that replace fail: there reads take the lock).
+        return self._load()
 
     def _load(self) -> dict[str, Any]:
         try:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpauth.client._http import HTTPRequest, HTTPResponse, post_form
 from mcpauth.client.credentials import ClientCredentials, authenticate
 from mcpauth.client.errors import TokenRequestFailed
-from mcpauth.metadata import AuthorizationServerMetadata
 from mcpauth.oauth import JWT_BEARER
+
+if TYPE_CHECKING:
+    from mcpauth.metadata import AuthorizationServerMetadata
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,51 @@ def test_login_then_token_prints_the_stored_token(
     assert len(served.authorize_requests) == 1
 
 
+# what reading a stored token has no use for (the HTTP clients, pydantic, the JOSE stack, the
+# other parts): `mcpauth token` is run by scripts before every request and should start fast
+NOT_FOR_A_STORED_TOKEN = (
+    "httpx",
+    "httpx2",
+    "anyio",
+    "pydantic",
+    "jwt",
+    "cryptography",
+    "mcpauth.metadata",
+    "mcpauth.middleware",
+    "mcpauth.proxy",
+    "mcpauth.server",
+)
+IMPORTS = (
+    "import sys\n"
+    "from mcpauth.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    f"print(' '.join(m for m in {NOT_FOR_A_STORED_TOKEN!r} if m in sys.modules), file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def test_a_stored_token_is_printed_without_loading_what_a_refresh_would_need(
+    served: FakeServers, browser: list[str], tmp_path: Path
+) -> None:
+    served.now = time.time()  # the process uses the real clock
+    store = str(tmp_path / "client.json")
+    assert run("login", served.resource, "--store", store, "--timeout", "10") == 0
+    asked = len(served.token_requests)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS, "token", served.resource, "--store", store],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in served.tokens
+    assert done.stderr.strip() == ""  # none of them was imported
+    assert len(served.token_requests) == asked  # the stored token, not a new one
+
+
 def test_token_without_login_exits_with_login_required(
     served: FakeServers, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,7 +29,8 @@ def test_all_names_exist_and_are_sorted() -> None:
 
 
 def test_all_lists_every_public_name_the_package_exports() -> None:
-    public = {n for n in vars(mcpauth.client) if not n.startswith("_")}
+    # dir(): the names bound so far and those bound on first use (the package's __getattr__)
+    public = {n for n in dir(mcpauth.client) if not n.startswith("_")}
     modules = {n for n in public if type(getattr(mcpauth.client, n)).__name__ == "module"}
     assert public - modules == set(mcpauth.client.__all__)
 

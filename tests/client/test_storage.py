@@ -16,6 +16,7 @@ import anyio
 import anyio.to_thread
 import httpx2
 import pytest
+from pydantic import ValidationError
 
 from mcpauth.client import CallableRedirectHandler, OAuth, Policy
 from mcpauth.client.credentials import ClientCredentials
@@ -73,6 +74,38 @@ def test_forget_drops_discovery_and_its_tokens(
     flow.forget()
     assert storage.get_discovery(fake.resource) is None
     assert storage.get_client(fake.base) is not None  # the registration stays
+
+
+def test_a_stored_discovery_is_checked_when_its_metadata_is_first_used(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path / "client.json")
+    with storage._edit() as document:
+        document["discovery"]["https://mcp.example/mcp"] = {
+            "resource": "https://mcp.example/mcp",
+            "issuer": "https://as.example",
+            "metadata": {"token_endpoint": "https://as.example/token"},  # no issuer
+            "protected_resource": None,
+        }
+    found = storage.get_discovery("https://mcp.example/mcp")
+    assert found is not None
+    assert (found.issuer, found.resource) == ("https://as.example", "https://mcp.example/mcp")
+    assert found.protected_resource is None
+    with pytest.raises(ValidationError):
+        found.metadata  # noqa: B018
+
+
+def test_a_stored_discovery_reads_back_equal_and_stays_immutable(
+    fake: FakeServers, driver: Driver, tmp_path: Path
+) -> None:
+    storage = FileStorage(tmp_path / "client.json")
+    flow = make_flow(fake, storage)
+    driver.run(flow.request_flow())
+    stored = storage.get_discovery(fake.resource)
+    assert flow.discovery is not None
+    assert stored == flow.discovery
+    assert stored.metadata == flow.discovery.metadata
+    assert stored.protected_resource == flow.discovery.protected_resource
+    with pytest.raises(AttributeError):
+        stored.issuer = "https://evil.example"  # type: ignore[misc]
 
 
 def test_cl22_the_file_is_private_to_its_owner(tmp_path: Path) -> None:
@@ -233,6 +266,41 @@ def test_another_process_sees_the_lock_held_while_the_file_is_edited(tmp_path: P
         document["tokens"]["k"] = TokenSet("a").to_json()
         assert probe() == "busy"
     assert probe() == "free"
+
+
+HOLDER = """
+import sys
+from filelock import FileLock
+
+with FileLock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="on Windows a read takes the lock too")
+def test_a_read_needs_no_lock_since_a_write_replaces_the_whole_file(tmp_path: Path) -> None:
+    storage = FileStorage(tmp_path / "client.json")
+    storage.set_tokens(KEY, TokenSet("a"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(storage.lock_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_env(),
+    )
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"  # another process is editing
+        read: list[TokenSet | None] = []
+        reader = threading.Thread(target=lambda: read.append(storage.get_tokens(KEY)))
+        reader.start()
+        reader.join(timeout=30)
+        assert read == [TokenSet("a")]  # read at once, not after the edit
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 # -- storage and the event loop ---------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mcpauth.middleware import Limits, ScopePolicy
+from mcpauth.middleware.policy import MalformedRequest, parse_jsonrpc
 
 from .helpers import FakeAuthorizationServer, RecordingApp, bearer, client_for, rpc
 
@@ -131,6 +132,25 @@ async def test_duplicate_members_are_refused_so_parsers_cannot_disagree(
         response = await client.post("/mcp", content=raw, headers=bearer(token))
     assert response.status_code == 400
     assert recording_app.calls == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a":1,"b":2,"a":3}',
+        b'[{"method":"x"},{"method":"y","method":"z"}]',
+        b'{"params":{"arguments":{"k":1,"k":2}}}',
+    ],
+)
+def test_a_duplicate_member_at_any_depth_is_named(body: bytes) -> None:
+    with pytest.raises(MalformedRequest, match=r"duplicate member '(a|method|k)'"):
+        parse_jsonrpc(body)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32"])
+def test_a_body_is_read_in_any_encoding_json_reads(encoding: str) -> None:
+    message = call("read_file") | {"note": "caf\u00e9"}
+    assert parse_jsonrpc(json.dumps(message).encode(encoding)) == [message]
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[]", b"42", b"[" * 100_000])
