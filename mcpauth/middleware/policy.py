@@ -107,6 +107,10 @@ class ScopePolicy:
         self.implies = _table(implies)
         # True when a decision depends on the JSON-RPC body
         self.reads_body = bool(self.methods) or any(self.targets.values())
+        # every scope some request may need
+        self.named = self.required.union(
+            *self.methods.values(), *(s for table in self.targets.values() for s in table.values())
+        )
 
     def needed_for(self, messages: Iterable[Mapping[str, Any]]) -> frozenset[str]:
         """Every scope the messages need together (MCP RS-13, RS-14: all of them at once)."""
@@ -138,6 +142,13 @@ class ScopePolicy:
                     closure.add(narrower)
                     pending.append(narrower)
         return frozenset(closure)
+
+    def covers(self, granted: Iterable[str]) -> bool:
+        """Whether ``granted`` (with what it implies) holds every scope the policy names: no
+        request can then need more, whatever its body says."""
+        if not self.implies:
+            return self.named.issubset(granted)
+        return self.named <= self.effective(granted)
 
     def missing(self, granted: Iterable[str], needed: Iterable[str]) -> frozenset[str]:
         """The needed scopes that ``granted`` does not cover."""

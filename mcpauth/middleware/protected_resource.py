@@ -253,7 +253,13 @@ class ProtectedResourceMiddleware(AsyncClosing):
             return
         messages: list[dict[str, Any]] = []
         needed = self.policy.required
-        if (self.policy.reads_body or self.filter_tools) and scope.get("method") == "POST":
+        # The body is read when a decision depends on it: a per-operation rule, or tools to
+        # hide, that the caller's scopes do not already cover.
+        if (
+            (self.policy.reads_body or self.filter_tools)
+            and scope.get("method") == "POST"
+            and not self.policy.covers(verified.scopes)
+        ):
             try:
                 needed, receive, messages = await self._needed_scopes(receive, headers)
             except OAuthError as error:

@@ -190,6 +190,27 @@ async def test_without_per_operation_rules_the_body_is_not_read(
     assert recording_app.calls[0]["body"] == "{not json"
 
 
+def test_a_policy_covers_a_grant_holding_every_scope_it_names() -> None:
+    policy = POLICY["policy"]
+    everything = ["mcp:basic", "files:admin", "secrets:read", "admin"]  # files:* implied
+    assert policy.covers(everything)
+    assert not policy.covers(everything[:-1])
+    assert not policy.covers(["files:admin", "secrets:read", "admin"])  # no mcp:basic
+    assert ScopePolicy(required="a").covers(["a"])
+
+
+async def test_the_body_of_a_caller_the_policy_covers_is_not_read(
+    auth_server: FakeAuthorizationServer, recording_app: RecordingApp, protect: Any
+) -> None:
+    # no decision depends on it: whatever it names, this caller holds the scope
+    token = auth_server.mint(scope="mcp:basic files:admin secrets:read admin")
+    async with client_for(protect(**POLICY)) as client:
+        response = await client.post("/mcp", content=b"{not json", headers=bearer(token))
+        short = await client.post("/mcp", content=b"{not json", headers=bearer(auth_server.mint()))
+    assert (response.status_code, short.status_code) == (200, 400)
+    assert [call["body"] for call in recording_app.calls] == ["{not json"]
+
+
 async def test_get_and_delete_need_the_base_scopes_only(
     auth_server: FakeAuthorizationServer, protect: Any
 ) -> None:
