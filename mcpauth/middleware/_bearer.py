@@ -18,11 +18,13 @@ def presented_token(
 ) -> tuple[str, str] | None:
     """``(scheme, token)`` of the request's ``Authorization`` header ``values``, with the
     ``Bearer`` or the ``DPoP`` scheme (in lower case); ``None`` when there is none. Another
-    scheme counts as no token. The size is checked before anything is decoded.
+    scheme counts as no token. The size is checked before anything is decoded; the token's
+    syntax is :func:`require_b64token`'s, checked before it is verified (a token already
+    verified passed it).
 
     Raises:
         InvalidRequest: more than one ``Authorization`` header.
-        InvalidToken: an oversized header or a token outside the b64token syntax.
+        InvalidToken: an oversized header.
     """
     if not values:
         return None
@@ -36,10 +38,17 @@ def presented_token(
     scheme = scheme.lower()
     if scheme not in ("bearer", "dpop"):
         return None
-    token = credentials.strip(" ")
+    return scheme, credentials.strip(" ")
+
+
+def require_b64token(token: str) -> None:
+    """Refuse a token outside the b64token syntax (RFC 6750 §2.1).
+
+    Raises:
+        InvalidToken: it is not a b64token.
+    """
     if not _is_b64token(token):
         raise InvalidToken("The access token is malformed")
-    return scheme, token
 
 
 def _is_b64token(token: str) -> bool:

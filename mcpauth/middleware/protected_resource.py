@@ -46,7 +46,7 @@ from mcpauth.middleware._asgi import (
     replay,
     send_json,
 )
-from mcpauth.middleware._bearer import presented_token
+from mcpauth.middleware._bearer import presented_token, require_b64token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._http import AsyncClosing
@@ -272,7 +272,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
             return
         scheme, raw = presented  # the token itself, for token exchange only
         send_out = self._session_send(scope, send, verified, session_id)
-        if self.dpop.uses_nonces and scheme == "dpop":
+        if scheme == "dpop" and self.dpop.uses_nonces:
             send_out = _with_headers(send_out, self.dpop.nonce_header())
         if self.filter_tools and any(m.get("method") == "tools/list" for m in messages):
             granted = self.policy.effective(verified.scopes)
@@ -300,6 +300,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
         return caller
 
     async def _verified(self, raw: str, digest: bytes) -> identity.Caller:
+        # Only a token of b64token syntax is verified (and then kept): one found in the cache
+        # passed this check when it was verified.
+        require_b64token(raw)
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
         try:
             # whatever a verifier returns is checked for this resource: never a 500
