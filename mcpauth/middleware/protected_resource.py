@@ -442,7 +442,7 @@ def _websocket_denial(scope: Scope, send: Send) -> Send:
 
 
 def _is_preflight(scope: Scope) -> bool:
-    """A CORS preflight (for the tracing hook: ``_http`` reads the headers it has read)."""
+    """A CORS preflight, for the tracing hook (``_http`` finds one among the headers it reads)."""
     return (
         scope.get("method") == "OPTIONS"
         and first_header(scope, b"access-control-request-method") is not None

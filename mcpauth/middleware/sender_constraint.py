@@ -111,27 +111,6 @@ class DPoP:
             raise SchemeRefused("This token is not DPoP-bound: send it with the Bearer scheme")
         return bound
 
-    async def check(
-        self,
-        scope: Scope,
-        scheme: str,
-        token: str,
-        claims: Mapping[str, Any],
-        resource: str,
-        *,
-        proofs: Sequence[bytes],
-    ) -> None:
-        """Refuse the request unless ``token``, presented with ``scheme``, may be used so:
-        :meth:`binding`, then :meth:`check_proof` when it names a key.
-
-        Raises:
-            SchemeRefused, InvalidToken: see :meth:`binding`.
-            ProofRefused, NonceNeeded, TemporarilyUnavailable: see :meth:`check_proof`.
-        """
-        bound = self.binding(scheme, claims)
-        if bound is not None:
-            await self.check_proof(scope, token, bound, resource, proofs=proofs)
-
     async def check_proof(
         self, scope: Scope, token: str, bound: str, resource: str, *, proofs: Sequence[bytes]
     ) -> None:
