@@ -88,6 +88,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/client_credentials/run.py
 	$(BIN)/python bench/middleware/run.py
 	$(BIN)/python bench/dpop/run.py
+	$(BIN)/python bench/cli/run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .coverage .coverage.*

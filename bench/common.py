@@ -228,6 +228,20 @@ def measure(
 # --- reports -----------------------------------------------------------------------------------
 
 
+def load_note(before: float, after: float) -> str:
+    """The 1-minute load average before and after a run, and whether the machine was busy
+    (more runnable processes than CPUs): then other work shared the cores with the run."""
+    cpus = os.cpu_count() or 1
+    note = f"load average before/after: {before:.1f}/{after:.1f}"
+    if max(before, after) > cpus:
+        note += (
+            f" (busy: more runnable processes than its {cpus} CPUs, from other work; the rows "
+            "were interleaved so that it fell on each alike; absolute figures are worse than on "
+            "a quiet machine)"
+        )
+    return note
+
+
 def median_range(
     results: Sequence[Mapping[str, Any]], key: str, scale: float = 1.0, digits: int = 0
 ) -> str:

@@ -26,9 +26,17 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for bench/
+# the repository root, for bench/, after PYTHONPATH: run.py puts the checkout whose mcpauth is
+# measured (this one, or a baseline) there
+sys.path.append(str(Path(__file__).resolve().parents[2]))
 from bench.middleware.apps import authorization_server, serve_role
-from mcpauth.middleware import ForSDK, JWTVerifier, ProtectedResourceMiddleware, metadata_url
+from mcpauth.middleware import (
+    ForSDK,
+    JWTVerifier,
+    ProtectedResourceMiddleware,
+    ScopePolicy,
+    metadata_url,
+)
 
 ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{}}'
 
@@ -53,7 +61,10 @@ async def trivial(scope: Any, receive: Any, send: Any) -> None:
 
 def with_mcpauth(issuer: str, resource: str) -> Any:
     return ProtectedResourceMiddleware(
-        trivial, resource=resource, authorization_servers=[issuer], required_scopes="mcp:basic"
+        trivial,
+        resource=resource,
+        authorization_servers=[issuer],
+        policy=ScopePolicy(required="mcp:basic"),
     )
 
 

@@ -3,6 +3,8 @@
     python apps.py as       --fd N --issuer URL --key-file PEM
     python apps.py plain    --fd N --issuer URL --resource URL    (the SDK app, unprotected)
     python apps.py mcpauth  --fd N --issuer URL --resource URL    (ProtectedResourceMiddleware)
+    python apps.py mcpauth-body ...                               (the same, with a policy the
+                                                                   bench token does not cover)
     python apps.py fastmcp  --fd N --issuer URL --resource URL    (SDK auth + fastmcp JWTVerifier)
 
 The MCP app is the official SDK's MCPServer streamable HTTP app, stateless with JSON
@@ -60,12 +62,14 @@ def mcp_app() -> Starlette:
     return mcp_server().streamable_http_app(stateless_http=True, json_response=True)
 
 
-def with_mcpauth(issuer: str, resource: str) -> Any:
+def with_mcpauth(issuer: str, resource: str, tools: dict[str, str] | None = None) -> Any:
+    """The middleware with a per-tool policy: by default one the bench token (``mcp:basic``)
+    covers; with ``tools`` naming a scope it lacks, every POST has its body read."""
     return ProtectedResourceMiddleware(
         mcp_app(),
         resource=resource,
         authorization_servers=[issuer],
-        policy=ScopePolicy(required="mcp:basic", tools={"add": "mcp:basic"}),
+        policy=ScopePolicy(required="mcp:basic", tools=tools or {"add": "mcp:basic"}),
     )
 
 
@@ -109,6 +113,9 @@ def main(argv: list[str]) -> None:
             "as": lambda args: authorization_server(args.issuer, args.key_file),
             "plain": lambda args: mcp_app(),
             "mcpauth": lambda args: with_mcpauth(args.issuer, args.resource),
+            "mcpauth-body": lambda args: with_mcpauth(
+                args.issuer, args.resource, {"add": "mcp:basic", "reset": "mcp:admin"}
+            ),
             "fastmcp": lambda args: with_fastmcp(args.issuer, args.resource),
         },
         argv,

@@ -1,19 +1,29 @@
-"""Middleware benchmark: requests/s of an official-SDK ``tools/call`` unprotected, protected by
-mcpauth's ProtectedResourceMiddleware, and protected by the SDK's auth with FastMCP's
-JWTVerifier, in the same run; plus cold token verification against a bare signature check.
+"""Middleware benchmark: requests/s and server CPU per request of an official-SDK
+``tools/call`` unprotected and protected by mcpauth's ProtectedResourceMiddleware (a warm Bearer
+token, a per-tool scope policy), in the same rounds; with ``--baseline PATH`` also the
+middleware of an earlier checkout (the "before" of a change), and when FastMCP is installed the
+SDK's auth with FastMCP's JWTVerifier; plus cold token verification against a bare signature
+check.
 
-    .venv/bin/python bench/middleware/run.py [--duration 10] [--rounds 3] [--connections 16]
+    .venv/bin/python bench/middleware/run.py [--duration 3] [--epochs 5] [--rounds 4]
+        [--connections 16]
+        [--baseline PATH]
 
-Servers run pinned to CPU 1 (one uvicorn worker), wrk to CPU 0. Results go to RESULTS.md.
+Servers run pinned to CPU 1 (one uvicorn worker each; a baseline server runs the same apps.py
+with the baseline checkout first on PYTHONPATH), wrk (one thread) to CPU 0. In each of
+``--epochs`` epochs every server is started and warmed, then each of ``--rounds`` rounds runs
+wrk against each server in turn, the order rotating; server and wrk CPU time come from /proc
+(bench/common.py ``measure``).
+Every response must be a 200. Results go to RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import platform
-import re
 import secrets
 import socket
 import statistics
@@ -22,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx2
 from cryptography.hazmat.primitives import hashes
@@ -33,10 +44,11 @@ from bench import common
 from mcpauth import jwt
 from mcpauth.middleware import JWTVerifier
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 APPS = HERE / "apps.py"
 LUA = HERE / "tools_call.lua"
-ROLES = ("plain", "mcpauth", "fastmcp")
+SERVER_CPU, LOAD_CPU = "1", "0"
 KID = "bench-key"
 BODY = {
     "jsonrpc": "2.0",
@@ -44,17 +56,35 @@ BODY = {
     "method": "tools/call",
     "params": {"name": "add", "arguments": {"a": 1, "b": 2}},
 }
-NOTES = """## Notes
+NOTES = """## Where the time goes
 
-- The two CPUs are shared with other engineers' work, so round-to-round spread (see the runs
-  column) is larger than the difference between the first two rows; compare medians of the
-  same run only.
-- In process, without HTTP or the SDK, the middleware adds about 65 µs per warm request
-  (bearer parsing, SHA-256 digest, cache lookup, bounded JSON-RPC body read + parse for the
-  tool-scope policy, session check, context variables); a stateless SDK `tools/call` costs
-  about 2.3 ms here, which puts the expected ratio near 0.97.
-- The FastMCP peer verifies the signature on every request (no verified-token cache).
+- Per warm request the middleware reads the request headers it needs and strips the token and
+  the proof in one pass, takes the SHA-256 digest of the token and finds the caller it built
+  when the token was first verified (the SDK's `AuthenticatedUser` included), and sets the
+  caller in the scope and the context variables; nothing is logged and no metric is kept on
+  this path. It reads the JSON-RPC body (once, replayed to the app) only when the policy names
+  a scope the caller lacks: the body rows.
+- The FastMCP peer, when installed, verifies the signature on every request (no verified-token
+  cache).
 """
+
+NAMES = {
+    "plain": "SDK app, unprotected (the floor)",
+    "mcpauth": "SDK app + ProtectedResourceMiddleware (warm Bearer, per-tool policy)",
+    "mcpauth-body": "the same, a per-tool policy the token does not cover (the body read)",
+    "baseline": "SDK app + ProtectedResourceMiddleware, baseline checkout (before)",
+    "baseline-body": "the same, a policy the token does not cover, baseline checkout (before)",
+    "fastmcp": "SDK app + SDK auth with FastMCP `JWTVerifier` (peer)",
+}
+# each row's role in apps.py, and whether it runs from the baseline checkout
+ROLES = {
+    "plain": ("plain", False),
+    "mcpauth": ("mcpauth", False),
+    "mcpauth-body": ("mcpauth-body", False),
+    "baseline": ("mcpauth", True),
+    "baseline-body": ("mcpauth-body", True),
+    "fastmcp": ("fastmcp", False),
+}
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
 
 
@@ -66,13 +96,18 @@ def listening_socket() -> socket.socket:
     return sock
 
 
-def start(role: str, *args: str) -> tuple[subprocess.Popen[bytes], str, socket.socket]:
+def start(
+    role: str, *args: str, src: Path | None = None
+) -> tuple[subprocess.Popen[bytes], str, socket.socket]:
+    """``apps.py role`` pinned to the server CPU on a listening socket of its own, importing
+    mcpauth from the checkout ``src`` (a baseline), by default this one."""
     sock = listening_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    command = ["taskset", "-c", "1", sys.executable, str(APPS), role, "--fd", str(sock.fileno())]
-    proc = subprocess.Popen(
-        [*command, *[a.replace("{url}", url) for a in args]], pass_fds=(sock.fileno(),)
-    )
+    command = ["taskset", "-c", SERVER_CPU, sys.executable, str(APPS), role]
+    command += ["--fd", str(sock.fileno()), *[a.replace("{url}", url) for a in args]]
+    # mcpauth from this checkout (or the baseline), never from wherever it is installed
+    env = {**os.environ, "PYTHONPATH": str(src or ROOT)}
+    proc = subprocess.Popen(command, pass_fds=(sock.fileno(),), env=env)
     return proc, url, sock
 
 
@@ -90,16 +125,14 @@ def mint(key: jwt.PrivateKey, issuer: str, resource: str) -> str:
     return jwt.encode(claims, key, alg="ES256", kid=KID)
 
 
-def wrk(url: str, token: str, duration: int, connections: int) -> dict[str, float]:
+def wrk(url: str, token: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     command = common.wrk_command(
-        "0", LUA, url, connections=connections, duration=duration, timeout=None
+        LOAD_CPU, LUA, url, connections=args.connections, duration=args.duration, timeout=None
     )
-    out = subprocess.run(
-        command, capture_output=True, text=True, check=True, env={"BENCH_TOKEN": token}
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    stats = dict(re.findall(r"(\w+)=(\d+)", out.split("BENCH", 1)[1]))
-    return {"rps": rps, **{k: float(v) for k, v in stats.items()}}
+    result = common.measure(command, {"BENCH_TOKEN": token}, pid)
+    if result["bad"] or result["socket_errors"]:
+        raise SystemExit(f"{url}: an invalid run: {result}")
+    return result
 
 
 def warm(url: str, token: str) -> None:
@@ -111,19 +144,44 @@ def warm(url: str, token: str) -> None:
                 raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:200]}")
 
 
+def rows(args: argparse.Namespace) -> list[str]:
+    found = ["plain", "mcpauth", "mcpauth-body"]
+    if args.baseline is not None:
+        found += ["baseline", "baseline-body"]
+    if importlib.util.find_spec("fastmcp") is not None:
+        found.append("fastmcp")
+    return found
+
+
 def throughput(
     args: argparse.Namespace, key: jwt.PrivateKey, issuer: str
-) -> dict[str, list[dict[str, float]]]:
-    results: dict[str, list[dict[str, float]]] = {role: [] for role in ROLES}
-    for _ in range(args.rounds):
-        for role in ROLES:
-            proc, base, sock = start(role, "--issuer", issuer, "--resource", "{url}/mcp")
-            url = f"{base}/mcp"
-            try:
-                token = mint(key, issuer, url) if role != "plain" else ""
+) -> dict[str, list[dict[str, Any]]]:
+    """``args.epochs`` times: every row's server started and warmed, then ``args.rounds``
+    rounds of one wrk run per row, the order rotating each round. Short runs in many rounds
+    put the drift of the shared machine on every row alike; fresh processes each epoch
+    average out what is particular to one process (its memory layout, its hash seed)."""
+    keys = rows(args)
+    results: dict[str, list[dict[str, Any]]] = {row: [] for row in keys}
+    for epoch in range(args.epochs):
+        servers: dict[str, tuple[subprocess.Popen[bytes], str, socket.socket, str]] = {}
+        try:
+            for row in keys:
+                role, from_baseline = ROLES[row]
+                src = args.baseline if from_baseline else None
+                proc, base, sock = start(
+                    role, "--issuer", issuer, "--resource", "{url}/mcp", src=src
+                )
+                url = f"{base}/mcp"
+                servers[row] = (proc, url, sock, mint(key, issuer, url) if row != "plain" else "")
+            for _, url, _, token in servers.values():
                 warm(url, token)
-                results[role].append(wrk(url, token, args.duration, args.connections))
-            finally:
+            for round_ in range(args.rounds):
+                shift = (epoch + round_) % len(keys)
+                for row in keys[shift:] + keys[:shift]:
+                    proc, url, _, token = servers[row]
+                    results[row].append(wrk(url, token, proc.pid, args))
+        finally:
+            for proc, _, sock, _ in servers.values():
                 stop(proc, sock)
     return results
 
@@ -144,86 +202,160 @@ def cold_verification(key: jwt.PrivateKey, issuer: str, n: int) -> dict[str, flo
         )
         public.verify(der, f"{head}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))
 
-    async def run() -> dict[str, float]:
+    async def theirs_for() -> Any:
         from cryptography.hazmat.primitives import serialization
         from fastmcp.server.auth.providers.jwt import JWTVerifier as FastVerifier
 
+        pem = public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return FastVerifier(
+            public_key=pem.decode(), issuer=issuer, audience=resource, algorithm="ES256"
+        )
+
+    async def run() -> dict[str, float]:
         async with httpx2.AsyncClient() as http:
             ours = JWTVerifier(issuer, resource, http=http)
             await ours.verify_token(tokens[0])
-            pem = public.public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            theirs = FastVerifier(
-                public_key=pem.decode(), issuer=issuer, audience=resource, algorithm="ES256"
-            )
-            timings: dict[str, list[float]] = {"mcpauth": [], "fastmcp": [], "cryptography": []}
+            theirs = await theirs_for() if importlib.util.find_spec("fastmcp") else None
+            timings: dict[str, list[float]] = {"mcpauth": [], "cryptography": []}
+            if theirs is not None:
+                timings["fastmcp"] = []
             for token in tokens:
                 t0 = time.perf_counter()
                 await ours.verify_token(token)
                 t1 = time.perf_counter()
-                assert await theirs.verify_token(token) is not None
-                t2 = time.perf_counter()
                 bare(token)
-                t3 = time.perf_counter()
+                t2 = time.perf_counter()
                 timings["mcpauth"].append(t1 - t0)
-                timings["fastmcp"].append(t2 - t1)
-                timings["cryptography"].append(t3 - t2)
+                timings["cryptography"].append(t2 - t1)
+                if theirs is not None:
+                    t3 = time.perf_counter()
+                    if await theirs.verify_token(token) is None:
+                        raise SystemExit("FastMCP refused a good token")
+                    timings["fastmcp"].append(time.perf_counter() - t3)
         return {name: statistics.median(values) * 1e6 for name, values in timings.items()}
 
     return asyncio.run(run())
 
 
 def report(
-    args: argparse.Namespace, results: dict[str, list[dict[str, float]]], cold: dict[str, float]
+    args: argparse.Namespace,
+    results: dict[str, list[dict[str, Any]]],
+    cold: dict[str, float],
+    loads: tuple[float, float],
 ) -> str:
-    med = {role: statistics.median(r["rps"] for r in runs) for role, runs in results.items()}
+    def med(row: str, field: str) -> float:
+        return float(statistics.median(r[field] for r in results[row]))
+
+    def paired(row: str, field: str) -> float:
+        """The median over rounds of the unprotected app's ``field`` over the row's, each
+        round against itself: what drifts from round to round cancels out."""
+        pairs = zip(results["plain"], results[row], strict=True)
+        if field == "rps":
+            return float(statistics.median(r[field] / p[field] for p, r in pairs))
+        return float(statistics.median(p[field] / r[field] for p, r in pairs))
+
+    rps = {row: med(row, "rps") for row in results}
+    cpu_us = {row: med(row, "server_cpu_ms") * 1000 for row in results}
+    rate_ratio = {row: paired(row, "rps") for row in results}
+    cpu_ratio_of = {row: paired(row, "server_cpu_ms") for row in results}
+    ratio = rate_ratio["mcpauth"]
+    cpu_ratio = cpu_ratio_of["mcpauth"]
+    command = " ".join([".venv/bin/python", "bench/middleware/run.py", *sys.argv[1:]])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    wrk_max = max(r["load_cpu"] for runs in results.values() for r in runs) * 100
+    before = ""
+    if "baseline" in results:
+        before = (
+            f"; before (baseline checkout): {rate_ratio['baseline']:.2f}x by rate, "
+            f"{cpu_ratio_of['baseline']:.2f}x by CPU "
+            f"(+{cpu_us['baseline'] - cpu_us['plain']:.0f} µs)"
+        )
     lines = [
-        "# Middleware benchmark results",
+        "# Middleware: a protected MCP `tools/call` against the same SDK app unprotected",
         "",
-        f"Run: `{' '.join(['.venv/bin/python', 'bench/middleware/run.py', *sys.argv[1:]])}` "
-        f"on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other work, "
-        f"Python {platform.python_version()}. Server: one uvicorn worker pinned to CPU 1 "
-        f"(`taskset -c 1`); load: `taskset -c 0 wrk -t1 -c{args.connections} -d{args.duration}s "
-        "-s bench/middleware/tools_call.lua URL`, with `BENCH_TOKEN` set to a minted ES256 token.",
-        "Workload: stateless JSON-response `tools/call` of a trivial tool on the official MCP SDK "
-        "(`MCPServer.streamable_http_app(stateless_http=True, json_response=True)`).",
-        f"Rounds: {args.rounds}, servers interleaved; medians reported.",
+        f"**A warm Bearer `tools/call` through ProtectedResourceMiddleware: {rps['mcpauth']:.0f} "
+        f"req/s, {ratio:.2f}x the unprotected SDK app ({rps['plain']:.0f} req/s) in the same "
+        f"rounds; by server CPU per request {cpu_ratio:.2f}x ({cpu_us['mcpauth']:.0f} vs "
+        f"{cpu_us['plain']:.0f} µs, +{cpu_us['mcpauth'] - cpu_us['plain']:.0f} µs){before}; "
+        "with a policy the token does not cover (the body read): "
+        f"{rate_ratio['mcpauth-body']:.2f}x by rate, {cpu_ratio_of['mcpauth-body']:.2f}x by "
+        "CPU.**",
+        f"Command: `{command}` ({when}).",
+        "Peer: the same official MCP SDK app unprotected, in the same rounds (the floor: one "
+        "HTTP request through uvicorn and the SDK)"
+        + (f"; the baseline is the same middleware from {args.baseline}" if args.baseline else "")
+        + ("; FastMCP's `JWTVerifier` through the SDK's auth" if "fastmcp" in results else "")
+        + ".",
+        "Caveat: 2 shared cores; compare the rows of one run only.",
         "",
-        "## Throughput (requests/s)",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other work, Python "
+        f"{platform.python_version()}; {common.load_note(*loads)}. "
+        f"Server: one uvicorn worker pinned to CPU {SERVER_CPU}; load: `taskset -c {LOAD_CPU} "
+        f"wrk -t1 -c{args.connections} -d{args.duration}s -s bench/middleware/tools_call.lua "
+        "URL`, `BENCH_TOKEN` a minted ES256 token. Workload: a stateless JSON-response "
+        "`tools/call` of a trivial tool on the official MCP SDK "
+        "(`MCPServer.streamable_http_app(stateless_http=True, json_response=True)`), the policy "
+        '`ScopePolicy(required="mcp:basic", tools={"add": "mcp:basic"})`, which the token '
+        "(`mcp:basic`) covers, so no decision depends on the body; in the body rows "
+        '`tools={"add": "mcp:basic", "reset": "mcp:admin"}`, which it does not cover, so '
+        "the middleware reads and parses the JSON-RPC body of every call (the baseline reads "
+        f"it in both). {args.epochs} epochs, each starting every server afresh and warming "
+        f"it, then {args.rounds} rounds of one run per row in an order that rotates: "
+        f"{args.epochs * args.rounds} runs per row; medians, with (min-max). Every response "
+        "was a 200.",
+        f"The load generator is not the bottleneck: wrk used at most {wrk_max:.0f}% of its core."
+        + (
+            " The server used less than 90% of its core in some rows: the rate was then "
+            "bounded by scheduling on the shared machine; server CPU per request is the "
+            "steadier measure."
+            if any(med(row, "server_cpu") < 0.9 for row in results)
+            else ""
+        ),
         "",
-        "| app | median req/s | runs | ratio to unprotected | non-2xx |",
-        "|---|---|---|---|---|",
+        "## Per request",
+        "",
+        "| app | req/s | ratio to unprotected | server CPU µs/request | CPU ratio | server CPU % "
+        "| wrk CPU % | p50 µs | p99 µs |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    names = {
-        "plain": "SDK app, unprotected",
-        "mcpauth": "SDK app + mcpauth ProtectedResourceMiddleware (JWT, tool-scope policy)",
-        "fastmcp": "SDK app + SDK auth with FastMCP `JWTVerifier` (peer)",
-    }
-    for role in ROLES:
-        runs = ", ".join(f"{r['rps']:.0f}" for r in results[role])
-        non2xx = int(sum(r.get("non2xx", 0) for r in results[role]))
-        ratio = med[role] / med["plain"]
-        lines.append(f"| {names[role]} | {med[role]:.0f} | {runs} | {ratio:.3f} | {non2xx} |")
+    for row, runs in results.items():
+        lines.append(
+            f"| {NAMES[row]} | {common.median_range(runs, 'rps')} | "
+            f"{rate_ratio[row]:.3f} | {common.median_range(runs, 'server_cpu_ms', 1000)} | "
+            f"{cpu_ratio_of[row]:.3f} | "
+            f"{common.median_range(runs, 'server_cpu', 100)} | "
+            f"{common.median_range(runs, 'load_cpu', 100)} | "
+            f"{statistics.median(r['p50_us'] for r in runs):.0f} | "
+            f"{statistics.median(r['p99_us'] for r in runs):.0f} |"
+        )
     lines += [
         "",
-        f"mcpauth vs FastMCP JWTVerifier: {med['mcpauth'] / med['fastmcp']:.2f}x.",
+        "Ratios are medians over the rounds of each round's own ratio (the row against the "
+        "unprotected app run next to it), so drift between rounds cancels; the CPU ratio is "
+        "the unprotected app's server CPU per request over the row's, the rate the row would "
+        "reach on a core of its own.",
         "",
         "## Cold (first-seen) token verification, median microseconds",
         "",
         "| verifier | µs/token | ratio to bare signature |",
         "|---|---|---|",
     ]
-    for name in ("mcpauth", "fastmcp", "cryptography"):
-        lines.append(f"| {name} | {cold[name]:.1f} | {cold[name] / cold['cryptography']:.2f} |")
+    for name, value in cold.items():
+        lines.append(f"| {name} | {value:.1f} | {value / cold['cryptography']:.2f} |")
     lines += [
         "",
         "`mcpauth` = `JWTVerifier.verify_token` with the JWKS already fetched (header checks, "
-        "PyJWT decode + claim checks); `fastmcp` = FastMCP `JWTVerifier.verify_token` with a "
-        "static public key; `cryptography` = ECDSA P-256 verify of the same signing input only.",
-        "Warm requests in the throughput run pay no signature check at all: verified tokens are "
-        "cached by SHA-256 digest until they expire.",
+        "PyJWT decode + claim checks); `cryptography` = ECDSA P-256 verify of the same signing "
+        "input only"
+        + (
+            "; `fastmcp` = FastMCP `JWTVerifier.verify_token` with a static public key"
+            if "fastmcp" in cold
+            else "; FastMCP is not installed here, so its row is left out"
+        )
+        + ". Warm requests in the throughput run pay no signature check: verified tokens are "
+        "kept by SHA-256 digest until they expire.",
         "",
         NOTES,
     ]
@@ -232,11 +364,15 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5, help="fresh server processes")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per epoch")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--cold-tokens", type=int, default=2000)
+    parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
     args = parser.parse_args()
+    common.require_tools("wrk", "taskset")
+    load_before = os.getloadavg()[0]
     key = jwt.generate_private_key("ES256")
     with tempfile.TemporaryDirectory() as tmp:
         key_file = Path(tmp) / "key.pem"
@@ -247,7 +383,7 @@ def main() -> None:
             cold = cold_verification(key, issuer, args.cold_tokens)
         finally:
             stop(proc, sock)
-    text = report(args, results, cold)
+    text = report(args, results, cold, (load_before, os.getloadavg()[0]))
     (HERE / "RESULTS.md").write_text(text)
     print(text)
 
