@@ -9,7 +9,7 @@ from mcpauth.middleware.exchange import TokenExchanger
 from mcpauth.middleware.identity import TokenUser, current_token, verified_token
 from mcpauth.middleware.introspection import IntrospectionVerifier
 from mcpauth.middleware.jwks import JWKSCache
-from mcpauth.middleware.options import Limits, ProtectedResource
+from mcpauth.middleware.options import Limits, ProtectedResource, SharedState
 from mcpauth.middleware.policy import ScopePolicy
 from mcpauth.middleware.protected_resource import ProtectedResourceMiddleware
 from mcpauth.middleware.resource_metadata import (
@@ -38,6 +38,7 @@ __all__ = [
     "ProtectedResourceMiddleware",
     "ResourceMetadataEndpoint",
     "ScopePolicy",
+    "SharedState",
     "TokenExchanger",
     "TokenUser",
     "TokenVerifier",

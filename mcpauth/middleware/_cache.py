@@ -8,6 +8,7 @@ import hashlib
 
 from mcpauth.caching import ExpiringCache, wall_clock
 from mcpauth.middleware.identity import Caller
+from mcpauth.middleware.verifier import VerifiedToken
 
 TokenCache = ExpiringCache[bytes, Caller]
 
@@ -24,10 +25,15 @@ def token_cache(max_entries: int) -> TokenCache:
     return ExpiringCache(0.0, max_entries, clock=wall_clock)
 
 
-def remember(cache: TokenCache, digest: bytes, caller: Caller) -> None:
-    """Keep ``caller`` until its token expires; a result with neither ``expires_at`` nor
-    ``cache_until`` is not kept."""
-    verified = caller.token
+def deadline(verified: VerifiedToken) -> float | None:
+    """Until when a verdict may be reused: the token's ``exp`` or the verifier's
+    ``cache_until``, whichever comes first; ``None`` (not at all) without either."""
     bounds = [b for b in (verified.expires_at, verified.cache_until) if b is not None]
-    if bounds:
-        cache.put(digest, caller, expires_at=float(min(bounds)))
+    return float(min(bounds)) if bounds else None
+
+
+def remember(cache: TokenCache, digest: bytes, caller: Caller) -> None:
+    """Keep ``caller`` until its :func:`deadline`; a result without one is not kept."""
+    until = deadline(caller.token)
+    if until is not None:
+        cache.put(digest, caller, expires_at=until)

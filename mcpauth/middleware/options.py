@@ -3,19 +3,25 @@ besides :class:`~mcpauth.middleware.ScopePolicy` and :class:`~mcpauth.middleware
 
 - :class:`ProtectedResource`: this server as its RFC 9728 metadata describes it (its URI, a
   name and documentation for people, the scopes it lists);
-- :class:`Limits`: the bounds on what one request may make the middleware read or keep.
+- :class:`Limits`: the bounds on what one request may make the middleware read or keep, and
+  how many requests a caller may make;
+- :class:`SharedState`: the Redis server that replicas share what they must agree on (each
+  DPoP proof's single use, the rate counts, introspection verdicts).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ProtectedResource"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ProtectedResource", "SharedState"]
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_SHARED_STATE_TIMEOUT = 0.25
 
 
 @dataclass(frozen=True)
@@ -51,15 +57,21 @@ class Limits:
     any parsing). ``max_body_bytes``: the largest JSON-RPC body read when a scope decision
     depends on it (larger gets 413). ``token_cache_size``: verified tokens kept until they
     expire. ``session_table_size``: MCP session ids remembered with the caller they belong to.
+    ``rate_limit``: the requests one caller (issuer, subject and client of its token) may make
+    in ``rate_window`` seconds, counted from its first one; one more gets 429 with
+    ``Retry-After`` until the window ends (``None``, the default: no limit). The counts are
+    this process's, or every replica's with :class:`SharedState`.
 
     Raises:
-        ValueError: a limit below 1.
+        ValueError: a limit below 1, or a window that is not a positive number of seconds.
     """
 
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     token_cache_size: int = 10_000
     session_table_size: int = 10_000
+    rate_limit: int | None = None
+    rate_window: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -70,3 +82,50 @@ class Limits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.rate_limit is not None and self.rate_limit < 1:
+            raise ValueError("rate_limit must be at least 1 (None: no limit)")
+        if not 0 < self.rate_window < math.inf:
+            raise ValueError("rate_window must be a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """The Redis server the replicas of one resource share, so that they act as one: a DPoP
+    proof is single-use across all of them, a caller's requests are counted by all of them
+    (:attr:`Limits.rate_limit`), and an introspection verdict one replica obtained is reused by
+    the others until it expires. Without it each process keeps its own.
+
+    ``url``: ``redis://[user:password@]host[:port][/db]``, or ``rediss://`` for TLS.
+    ``timeout``: the most seconds one Redis call may take, connecting included; past it (or
+    when Redis cannot be reached) a request that needs Redis gets 503 with ``Retry-After``,
+    never a pass. ``prefix``: the start of every key (several deployments on one Redis). Pass
+    the URL alone as ``shared_state=`` when the rest is the default. Needs the
+    ``shared-state`` extra (``pip install 'mcpauth-kit[shared-state]'``).
+
+    Raises:
+        ValueError: a URL that is not ``redis://`` or ``rediss://`` with a host, a timeout that
+            is not a positive number of seconds, or an empty prefix.
+    """
+
+    url: str
+    timeout: float = DEFAULT_SHARED_STATE_TIMEOUT
+    prefix: str = "mcpauth"
+
+    def __post_init__(self) -> None:
+        try:
+            parts = urlsplit(self.url)
+            host, _ = parts.hostname, parts.port  # a port that is not a number raises
+        except ValueError:
+            parts, host = None, None
+        if parts is None or parts.scheme not in ("redis", "rediss") or not host:
+            raise ValueError("shared_state must be a redis:// or rediss:// URL with a host")
+        if not 0 < self.timeout < math.inf:
+            raise ValueError("the shared state timeout must be a positive number of seconds")
+        if not self.prefix:
+            raise ValueError("the shared state key prefix must not be empty")
+
+    def __repr__(self) -> str:
+        # the URL may hold a password: never in a log line or a traceback
+        parts = urlsplit(self.url)
+        where = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return f"SharedState({where + parts.path!r}, timeout={self.timeout!r})"

@@ -11,18 +11,23 @@ the scope handed to it (MCP RS-17).
 Resources: the default verifier creates its HTTP client on the first token it verifies (a
 middleware that never verifies one never creates it) and the middleware closes it at ASGI
 lifespan shutdown, or in :meth:`ProtectedResourceMiddleware.aclose` (``async with``) where the
-server runs no lifespan for it. A ``verifier=`` or ``http_client=`` you pass stays yours.
+server runs no lifespan for it. A ``verifier=`` or ``http_client=`` you pass stays yours. The
+same goes for the Redis client of a ``shared_state=``, made on the first request that needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 
+from mcpauth.dpop import MemoryReplayCache
 from mcpauth.errors import (
+    ConfigurationError,
     FetchError,
     InsufficientScope,
     InvalidRequest,
@@ -50,9 +55,10 @@ from mcpauth.middleware._bearer import presented_token, require_b64token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._http import AsyncClosing
+from mcpauth.middleware._rate_limits import MemoryRateCounter, RateCounter, RateLimiter
 from mcpauth.middleware._sessions import SessionBindings
 from mcpauth.middleware.adapters import verified_from
-from mcpauth.middleware.options import Limits, ProtectedResource
+from mcpauth.middleware.options import Limits, ProtectedResource, SharedState
 from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, parse_jsonrpc
 from mcpauth.middleware.resource_metadata import (
     ResourceMetadataEndpoint,
@@ -72,6 +78,9 @@ from mcpauth.middleware.verifier import (
 from mcpauth.tracing import tracer as traces
 from mcpauth.uris import canonical_resource, path_of
 
+if TYPE_CHECKING:
+    from mcpauth.middleware._redis import RedisState, RedisVerdicts
+
 __all__ = ["ProtectedResourceMiddleware"]
 
 logger = logging.getLogger("mcpauth.middleware")
@@ -88,6 +97,7 @@ _READ = _STRIPPED | {
     b"access-control-request-method",
 }
 UNAVAILABLE = "The authorization server is unavailable; try again later"
+SERVER_BUSY = -32000  # JSON-RPC: an implementation-defined server error
 
 
 def default_verifier(
@@ -113,18 +123,22 @@ class ProtectedResourceMiddleware(AsyncClosing):
     ``verifier`` defaults to RFC 9068 JWT verification with keys from each authorization
     server's JWKS, fetched over ``http_client`` when given; the middleware closes what it
     creates (module docstring). ``dpop`` sets the DPoP rules (:class:`DPoP`), ``limits`` the
-    sizes (:class:`Limits`), ``allowed_origins`` the browser origins allowed to call (any when
-    ``None``).
+    sizes and the rate limit (:class:`Limits`), ``allowed_origins`` the browser origins allowed
+    to call (any when ``None``). ``shared_state`` (a :class:`SharedState` or its ``redis://``
+    URL) makes replicas share the DPoP single-use record, the rate counts and, for a verifier
+    other than the JWT one, token verdicts; without it each process keeps its own.
 
     Traces follow the ``OTEL_*`` environment or the application's own OpenTelemetry set-up,
     off when neither asks for them (:mod:`mcpauth.middleware.tracing`).
 
     Raises:
-        ValueError: no authorization server, or ``resource`` is not a valid resource URI.
+        ValueError: no authorization server, ``resource`` is not a valid resource URI, a bad
+            ``shared_state`` URL, or ``shared_state`` with a ``DPoP(replay=...)`` of your own.
         TypeError: ``verifier`` is not an mcpauth verifier (wrap an MCP SDK verifier in
             :class:`~mcpauth.middleware.FromSDK`).
-        ConfigurationError: the environment asks for traces the OpenTelemetry SDK cannot
-            give (not installed, an exporter it lacks).
+        ConfigurationError: ``shared_state`` without the ``redis`` package installed, or
+            the environment asks for traces the OpenTelemetry SDK cannot give (not
+            installed, an exporter it lacks).
     """
 
     def __init__(
@@ -140,6 +154,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         limits: Limits | None = None,
         allowed_origins: Iterable[str] | None = None,
         filter_tools: bool = False,
+        shared_state: str | SharedState | None = None,
     ) -> None:
         described = ProtectedResource(resource) if isinstance(resource, str) else resource
         self.app = app
@@ -176,6 +191,16 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self.allowed_origins = None if allowed_origins is None else frozenset(allowed_origins)
         self.tokens = token_cache(self.limits.token_cache_size)
         self.sessions = SessionBindings(self.limits.session_table_size)
+        self._shared: RedisState | None = None
+        self._verdicts: RedisVerdicts | None = None
+        counter: RateCounter | None = None
+        if shared_state is not None:
+            config = SharedState(shared_state) if isinstance(shared_state, str) else shared_state
+            self._shared, counter = self._share(config)
+        self._rate: RateLimiter | None = None
+        if self.limits.rate_limit is not None:
+            counter = counter if counter is not None else MemoryRateCounter()
+            self._rate = RateLimiter(counter, self.limits.rate_limit, self.limits.rate_window)
         self._serve_http: ASGIApp = self._http
         tracer = traces("mcpauth.middleware")
         if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
@@ -189,11 +214,31 @@ class ProtectedResourceMiddleware(AsyncClosing):
                 unprotected=self._unprotected,
             )
 
+    def _share(self, config: SharedState) -> tuple[RedisState, RateCounter]:
+        """Move the DPoP record, the rate counts and (but for the JWT verifiers, which ask no
+        one) the token verdicts to Redis."""
+        if not isinstance(self.dpop.replay, MemoryReplayCache):
+            raise ValueError("give shared_state or a DPoP(replay=...) of your own, not both")
+        try:
+            from mcpauth.middleware import _redis
+        except ImportError as exc:
+            raise ConfigurationError(
+                "shared_state needs the redis package: pip install 'mcpauth-kit[shared-state]'"
+            ) from exc
+        state = _redis.RedisState(config, self.resource, clock=self.dpop.clock)
+        self.dpop = dataclasses.replace(self.dpop, replay=_redis.RedisReplayCache(state))
+        if not isinstance(self.verifier, JWTVerifier | MultiIssuerVerifier):
+            self._verdicts = _redis.RedisVerdicts(state)
+        return state, _redis.RedisRateCounter(state)
+
     async def aclose(self) -> None:
-        """Close what the middleware opened (the default verifier's HTTP client); lifespan
-        shutdown does this too. A later request opens it again."""
+        """Close what the middleware opened (the default verifier's HTTP client, the shared
+        state's Redis client); lifespan shutdown does this too. A later request opens it
+        again."""
         if self._owned is not None:
             await self._owned.aclose()
+        if self._shared is not None:
+            await self._shared.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -245,6 +290,13 @@ class ProtectedResourceMiddleware(AsyncClosing):
         headers: Headers,
     ) -> None:
         verified = caller.token
+        if self._rate is not None:
+            refusal = await self._rate.refusal(verified.principal)
+            if refusal is not None:
+                status, message, retry_after = refusal
+                error = jsonrpc_error(SERVER_BUSY, message)
+                await send_json(send, status, error, [("Retry-After", retry_after)])
+                return
         session = headers.get(SESSION_HEADER)
         session_id = session[0].decode("latin-1") if session else None
         # MCP RS-19/RS-20: a session id never authenticates; it must belong to this caller.
@@ -303,6 +355,34 @@ class ProtectedResourceMiddleware(AsyncClosing):
         # Only a token of b64token syntax is verified (and then kept): one found in the cache
         # passed this check when it was verified.
         require_b64token(raw)
+        if self._verdicts is not None:
+            return await self._verified_shared(raw, digest, self._verdicts)
+        return self._kept(await self._verify(raw), digest)
+
+    async def _verified_shared(
+        self, raw: str, digest: bytes, verdicts: RedisVerdicts
+    ) -> identity.Caller:
+        """The verdict another replica obtained, else the verifier's, then shared. With Redis
+        down the verifier alone decides: it is the authority, the shared verdicts only spare
+        it calls (docs/security.md T30)."""
+        try:
+            shared = await verdicts.get(digest)
+        except TemporarilyUnavailable:
+            return self._kept(await self._verify(raw), digest)
+        if shared is not None:
+            return self._kept(shared, digest)
+        caller = self._kept(await self._verify(raw), digest)
+        with contextlib.suppress(TemporarilyUnavailable):  # the next replica asks itself
+            await verdicts.put(digest, caller.token)
+        return caller
+
+    def _kept(self, verified: VerifiedToken, digest: bytes) -> identity.Caller:
+        """The caller of ``verified``, kept in this process until its deadline."""
+        caller = identity.Caller(verified, digest)
+        remember(self.tokens, digest, caller)
+        return caller
+
+    async def _verify(self, raw: str) -> VerifiedToken:
         # MCP RS-08: validate before processing; RS-21: every request, never per session.
         try:
             # whatever a verifier returns is checked for this resource: never a 500
@@ -317,9 +397,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         except FetchError as exc:  # a verifier of your own let a failed fetch through
             logger.warning("cannot verify a token right now: %s", exc.message)
             raise TemporarilyUnavailable(UNAVAILABLE) from exc
-        caller = identity.Caller(verified, digest)
-        remember(self.tokens, digest, caller)
-        return caller
+        return verified
 
     async def _needed_scopes(
         self, receive: Receive, headers: Headers

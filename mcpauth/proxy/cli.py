@@ -4,6 +4,7 @@ mcpauth proxy --upstream URL --resource URL --authorization-server URL
               [--host H] [--port P] [--scope S]... [--tool-scope TOOL=SCOPE]...
               [--allowed-origin ORIGIN]...
               [--max-sessions N] [--max-sessions-per-subject N] [--session-idle-timeout S]
+              [--rate-limit N [--rate-window S]] [--shared-state URL]
 mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]...
 """
 
@@ -16,8 +17,16 @@ import sys
 from collections.abc import Sequence
 
 from mcpauth.errors import ConfigurationError
-from mcpauth.middleware import DPoP, ProtectedResource, ProtectedResourceMiddleware, ScopePolicy
+from mcpauth.middleware import (
+    DPoP,
+    Limits,
+    ProtectedResource,
+    ProtectedResourceMiddleware,
+    ScopePolicy,
+    SharedState,
+)
 from mcpauth.middleware._asgi import ASGIApp
+from mcpauth.middleware.options import DEFAULT_SHARED_STATE_TIMEOUT
 from mcpauth.oauth import parse_scope
 from mcpauth.proxy.stdio import (
     DEFAULT_IDLE_TIMEOUT,
@@ -28,6 +37,9 @@ from mcpauth.proxy.upstream import CORSGrant, IdentityHeaders, UpstreamProxy
 from mcpauth.uris import URIError, canonical_resource, path_of
 
 __all__ = ["add_proxy_parser", "build_proxy_app", "main", "run_proxy"]
+
+# --shared-state's default: a URL with a password is better kept off the command line
+SHARED_STATE_ENV = "MCPAUTH_PROXY_SHARED_STATE"
 
 
 def _tool_scope(value: str) -> tuple[str, str]:
@@ -112,6 +124,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         "(at least 16 bytes; the same on every replica)",
     )  # fmt: skip
     parser.add_argument(
+        "--rate-limit", type=_positive_int, metavar="N",
+        help="requests one caller (its token's issuer, subject and client) may make in a "
+        "window; one more gets 429 with Retry-After (default: no limit)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rate-window", type=_positive_seconds, default=60.0, metavar="SECONDS",
+        help="the window of --rate-limit, from a caller's first request (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shared-state", metavar="URL",
+        help="redis:// or rediss:// URL of the Redis server replicas share the DPoP proof "
+        f"record, rate counts and token verdicts through (default: ${SHARED_STATE_ENV}; "
+        "unset: each process keeps its own)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shared-state-timeout", type=_positive_seconds, default=DEFAULT_SHARED_STATE_TIMEOUT,
+        metavar="SECONDS",
+        help="the longest a Redis call may take before the request gets 503 "
+        "(default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "stdio_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG]...",
         help="run this MCP stdio server instead of proxying --upstream",
     )  # fmt: skip
@@ -136,7 +169,9 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     bridge (a command), or around the HTTP proxy and then in the proxy's :class:`CORSGrant`.
 
     Raises:
-        ValueError: neither or both of ``--upstream`` and a command, or a bad resource URI.
+        ValueError: neither or both of ``--upstream`` and a command, a bad resource URI or
+            shared state URL.
+        ConfigurationError: a shared state without the ``redis`` package.
     """
     command = list(args.stdio_command or [])
     if command[:1] == ["--"]:
@@ -170,6 +205,10 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         if len(value.encode()) < 16:
             raise ValueError(f"{args.dpop_nonce_key_env} must hold a key of 16 bytes or more")
         nonce_key = value.encode()
+    shared_url = args.shared_state or os.environ.get(SHARED_STATE_ENV) or None
+    shared = None
+    if shared_url is not None:
+        shared = SharedState(shared_url, timeout=args.shared_state_timeout)
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
         tool_scopes.setdefault(tool, []).extend(parse_scope(scope))
@@ -182,7 +221,9 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         policy=ScopePolicy(required=args.scopes, tools=tool_scopes or None),
         allowed_origins=args.allowed_origins,
         dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
+        limits=Limits(rate_limit=args.rate_limit, rate_window=args.rate_window),
         filter_tools=args.filter_tools,
+        shared_state=shared,
     )
     # the middleware's own refusals get the proxy's CORS grant, as the upstream's answers do
     return CORSGrant(middleware, inner) if isinstance(inner, UpstreamProxy) else middleware

@@ -71,7 +71,9 @@ _PREFLIGHT_HEADERS = (
     b"Authorization, DPoP, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, "
     b"Mcp-Protocol-Version"
 )
-_EXPOSED_HEADERS = b"Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, DPoP-Nonce"
+_EXPOSED_HEADERS = (
+    b"Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, DPoP-Nonce, Retry-After"
+)
 
 
 def field_name(raw: bytes) -> bytes:
