@@ -16,8 +16,8 @@ from starlette.routing import Route
 
 from mcpauth import jwt
 from mcpauth.dpop import make_proof
-from mcpauth.middleware import DPoP, ProtectedResourceMiddleware
-from mcpauth.proxy.cli import add_proxy_parser, build_proxy_app
+from mcpauth.middleware import DPoP, ProtectedResourceMiddleware, SharedState
+from mcpauth.proxy.cli import SHARED_STATE_ENV, add_proxy_parser, build_proxy_app, run_proxy
 from mcpauth.proxy.stdio import StdioBridge
 from mcpauth.proxy.upstream import CORSGrant, UpstreamProxy
 from tests.middleware.helpers import (
@@ -319,3 +319,59 @@ def test_the_cli_sets_dpop_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NONCE_KEY", "short")
     with pytest.raises(ValueError, match="16 bytes"):
         build_proxy_app(parse([*base, "--dpop-nonce-key-env", "NONCE_KEY"]))
+
+
+def test_the_cli_sets_the_rate_limit_and_the_shared_state(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "--resource",
+        RESOURCE,
+        "--authorization-server",
+        ISSUER,
+        "--upstream",
+        "http://127.0.0.1:9/mcp",
+    ]
+    monkeypatch.delenv(SHARED_STATE_ENV, raising=False)
+    shared = [*base, "--rate-limit", "30", "--rate-window", "10"]
+    shared += ["--shared-state", "redis://redis.internal:6379/1", "--shared-state-timeout", "0.5"]
+    app = build_proxy_app(parse(shared))
+    assert isinstance(app, CORSGrant)
+    middleware = app.app
+    assert isinstance(middleware, ProtectedResourceMiddleware)
+    assert (middleware.limits.rate_limit, middleware.limits.rate_window) == (30, 10.0)
+    assert middleware._shared is not None
+    assert middleware._shared.config == SharedState("redis://redis.internal:6379/1", timeout=0.5)
+    # without the option, the environment variable (a URL with a password stays off the
+    # command line); without either, each process keeps its own
+    monkeypatch.setenv(SHARED_STATE_ENV, "rediss://:pw@redis.internal:6380/0")
+    from_env = build_proxy_app(parse(base))
+    assert isinstance(from_env, CORSGrant)
+    assert isinstance(from_env.app, ProtectedResourceMiddleware)
+    assert from_env.app._shared is not None
+    assert from_env.app._shared.config.url == "rediss://:pw@redis.internal:6380/0"
+    assert from_env.app._shared.config.timeout == 0.25
+    monkeypatch.delenv(SHARED_STATE_ENV)
+    alone = build_proxy_app(parse(base))
+    assert isinstance(alone, CORSGrant)
+    assert isinstance(alone.app, ProtectedResourceMiddleware)
+    assert alone.app._shared is None
+    assert alone.app.limits.rate_limit is None
+    # a URL that is not Redis: exit status 2 and what is wrong, not a traceback
+    args = parse([*base, "--shared-state", "http://redis.internal:6379"])
+    assert run_proxy(args) == 2
+    assert "redis:// or rediss://" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--rate-limit", "0"],
+        ["--rate-window", "0"],
+        ["--shared-state-timeout", "-1"],
+        ["--shared-state-timeout", "inf"],
+    ],
+)
+def test_non_positive_rate_and_shared_state_options_are_usage_errors(option: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["--resource", RESOURCE, "--authorization-server", ISSUER, *option])

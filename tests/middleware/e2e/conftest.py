@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mcpauth import jwt
+from tests.redis_server import redis_server, redis_url  # noqa: F401  (fixtures)
 
 SERVE = Path(__file__).with_name("serve.py")
 
@@ -42,18 +43,19 @@ def stop(popen: subprocess.Popen[bytes]) -> None:
             popen.wait(timeout=10)
 
 
-@pytest.fixture
-def spawn() -> Iterator[Callable[..., Process]]:
-    """Start ``[python, script, *argv]`` with a listening socket passed as ``--fd`` (before any
-    ``--``); ``{url}`` in ``argv`` becomes the socket's URL. Stopped at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
-    sockets: list[socket.socket] = []
+class Spawner:
+    """Starts ``[python, script, *argv]`` with a listening socket passed as ``--fd`` (before any
+    ``--``); ``{url}`` in ``argv`` becomes the socket's URL. :meth:`close` stops them all."""
 
-    def start(
-        *argv: str, path: str = "", script: Path = SERVE, module: str | None = None
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.sockets: list[socket.socket] = []
+
+    def __call__(
+        self, *argv: str, path: str = "", script: Path = SERVE, module: str | None = None
     ) -> Process:
         sock = listening_socket()
-        sockets.append(sock)
+        self.sockets.append(sock)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         fd = ["--fd", str(sock.fileno())]
         argv = tuple(a.replace("{url}", url) for a in argv)
@@ -61,14 +63,22 @@ def spawn() -> Iterator[Callable[..., Process]]:
         target = ["-m", module] if module else [str(script)]
         args = [sys.executable, *target, *argv[:split], *fd, *argv[split:]]
         popen = subprocess.Popen(args, pass_fds=(sock.fileno(),))
-        started.append(popen)
+        self.started.append(popen)
         return Process(url=url + path, popen=popen)
 
-    yield start
-    for popen in reversed(started):
-        stop(popen)
-    for sock in sockets:
-        sock.close()
+    def close(self) -> None:
+        for popen in reversed(self.started):
+            stop(popen)
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., Process]]:
+    """A :class:`Spawner` whose processes are stopped at teardown."""
+    spawner = Spawner()
+    yield spawner
+    spawner.close()
 
 
 @pytest.fixture
