@@ -135,8 +135,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument(
         "--shared-state", metavar="URL",
         help="redis:// or rediss:// URL of the Redis server replicas share the DPoP proof "
-        f"record, rate counts and token verdicts through (default: ${SHARED_STATE_ENV}; "
-        "unset: each process keeps its own)",
+        f"record and rate counts through (default: ${SHARED_STATE_ENV}; unset: each process "
+        "keeps its own)",
     )  # fmt: skip
     parser.add_argument(
         "--shared-state-timeout", type=_positive_seconds, default=DEFAULT_SHARED_STATE_TIMEOUT,

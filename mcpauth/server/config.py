@@ -374,4 +374,30 @@ def reference() -> str:
     ]
     for name, field in WorkloadRule.model_fields.items():
         lines.append(f"| `{name}` | {_default(name, WorkloadRule)} | {_meaning(field)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_RESOURCE_SIDE]) + "\n"
+
+
+# Not settings of this server (it reads none of them), but looked up on the same page: what
+# replicas of a protected resource share (docs/api/proxy.md, docs/api/middleware.md).
+_RESOURCE_SIDE = [
+    "",
+    "## Protected resources: `mcpauth proxy` and the middleware",
+    "",
+    "Replicas of one resource behind a load balancer share state through Redis only when given",
+    "one (docs/deploy.md, docs/security.md T30); the other proxy options are in",
+    "[api/proxy.md](api/proxy.md), the middleware's in [api/middleware.md](api/middleware.md).",
+    "",
+    "| `mcpauth proxy` | environment | middleware | default | meaning |",
+    "| --- | --- | --- | --- | --- |",
+    "| `--shared-state URL` | `MCPAUTH_PROXY_SHARED_STATE` | `shared_state=SharedState(url)` | "
+    "(unset) | `redis://` or `rediss://` URL of the Redis server the replicas share DPoP "
+    "proofs' single use, rate counts and (middleware with introspection) token verdicts "
+    "through; extra `shared-state`. Unset: each process keeps its own. |",
+    "| `--shared-state-timeout S` | | `SharedState(url, timeout=S)` | `0.25` | The longest "
+    "one Redis call may take; past it, or with Redis down, what needs Redis gets 503 with "
+    "`Retry-After`. |",
+    "| `--rate-limit N` | | `Limits(rate_limit=N)` | (no limit) | Requests per caller (its "
+    "token's issuer, subject and client) in a window; one more gets 429 with `Retry-After`. |",
+    "| `--rate-window S` | | `Limits(rate_window=S)` | `60` | The window, from a caller's "
+    "first request. |",
+]
