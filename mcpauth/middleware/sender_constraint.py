@@ -58,7 +58,7 @@ class DPoP:
     ``nonce_key``: when given (16 bytes or more, the same on every replica), proofs must carry
     a nonce this server issued; nonces need no storage. ``replay``: where each proof's single
     use is recorded; by default a bounded record in this process (share one between replicas
-    to refuse a replay at another). ``algorithms``: what proofs may be signed with. ``clock``:
+    to refuse a replay at another: the middleware's ``shared_state=`` puts it in Redis). ``algorithms``: what proofs may be signed with. ``clock``:
     the seconds since the epoch that proofs and nonces are judged at (injectable for tests).
     """
 
@@ -120,7 +120,8 @@ class DPoP:
         Raises:
             ProofRefused: no proof or a proof that fails a check (401, invalid_dpop_proof).
             NonceNeeded: a nonce is required and missing or old (401, use_dpop_nonce).
-            TemporarilyUnavailable: the replay record is full.
+            TemporarilyUnavailable: the replay record is full, or a shared one cannot answer
+                (503 with ``Retry-After``: a proof never passes unrecorded).
         """
         values = [v.decode("latin-1") for v in proofs]
         if not values:
