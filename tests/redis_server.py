@@ -8,7 +8,8 @@ disk and nothing outlives the test run. It dies with the test process if that is
 (parent-death signal) and is stopped, its directory removed, by :meth:`RedisServer.stop`.
 The session fixture ``redis_server`` is one such server per test session (per xdist worker);
 ``redis_url`` hands a test that server emptied (``FLUSHALL``); a test that stops its server
-starts its own with :func:`start_redis`.
+starts its own with :func:`start_redis`. ``silent_redis`` is a listener that accepts and never
+answers, a Redis that hangs.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,6 +128,37 @@ def start_redis() -> RedisServer:
     pytest.fail(f"redis-server could not start on a free port:\n{tail}")
 
 
+class SilentListener:
+    """A TCP listener that accepts connections and never answers: a Redis that hangs."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)
+
+    def close(self) -> None:
+        self.sock.close()
+        self._thread.join(timeout=5)
+        for connection in self.accepted:
+            connection.close()
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """The session's Redis server."""
@@ -133,6 +167,14 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def silent_redis() -> Iterator[SilentListener]:
+    """A Redis that accepts connections and never answers."""
+    listener = SilentListener()
+    yield listener
+    listener.close()
 
 
 @pytest.fixture

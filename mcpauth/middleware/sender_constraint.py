@@ -58,8 +58,9 @@ class DPoP:
     ``nonce_key``: when given (16 bytes or more, the same on every replica), proofs must carry
     a nonce this server issued; nonces need no storage. ``replay``: where each proof's single
     use is recorded; by default a bounded record in this process (share one between replicas
-    to refuse a replay at another: the middleware's ``shared_state=`` puts it in Redis). ``algorithms``: what proofs may be signed with. ``clock``:
-    the seconds since the epoch that proofs and nonces are judged at (injectable for tests).
+    to refuse a replay at another: the middleware's ``shared_state=`` puts it in Redis).
+    ``algorithms``: what proofs may be signed with. ``clock``: the seconds since the epoch that
+    proofs and nonces are judged at (injectable for tests).
     """
 
     required: bool = False

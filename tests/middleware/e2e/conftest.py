@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mcpauth import jwt
-from tests.redis_server import redis_server, redis_url  # noqa: F401  (fixtures)
+from tests.redis_server import redis_server, redis_url, silent_redis  # noqa: F401  (fixtures)
 
 SERVE = Path(__file__).with_name("serve.py")
 

@@ -22,7 +22,6 @@ from freezegun import freeze_time
 from mcpauth.caching import wall_clock
 from mcpauth.errors import TemporarilyUnavailable
 from mcpauth.middleware import (
-    DPoP,
     IntrospectionVerifier,
     ProtectedResourceMiddleware,
     SharedState,
@@ -43,11 +42,12 @@ from tests.middleware.helpers import (
     bearer,
     client_for,
 )
-from tests.redis_server import RedisServer, start_redis
-
-from .test_shared_state import SilentListener
+from tests.redis_server import RedisServer, SilentListener, start_redis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+# Where a test is not about the timeout, one that a loaded machine cannot reach by accident
+GENEROUS = 2.0
 
 
 @pytest.fixture
@@ -57,6 +57,7 @@ async def states(redis_url: str) -> AsyncIterator[Callable[..., RedisState]]:
     made: list[RedisState] = []
 
     def make(resource: str = RESOURCE, **options: Any) -> RedisState:
+        options.setdefault("timeout", GENEROUS)
         state = RedisState(SharedState(redis_url, **options), resource)
         made.append(state)
         return state
@@ -108,7 +109,8 @@ async def test_a_proof_key_is_free_again_once_the_proof_has_expired(
 async def test_rate_counts_are_atomic_and_shared_by_every_client(
     states: Callable[..., RedisState],
 ) -> None:
-    one, other = RedisRateCounter(states()), RedisRateCounter(states())
+    # 50 connections opened at once on a loaded machine: a timeout longer still
+    one, other = RedisRateCounter(states(timeout=5)), RedisRateCounter(states(timeout=5))
     hits = await asyncio.gather(*(c.hit("caller", 60) for _ in range(25) for c in (one, other)))
     assert sorted(count for count, _ in hits) == list(range(1, 51))
     assert all(55 < left <= 60 for _, left in hits)
@@ -188,7 +190,7 @@ async def test_a_verdict_that_cannot_be_read_is_a_miss(
 
 async def test_every_store_says_503_with_retry_after_when_redis_is_down() -> None:
     server = start_redis()
-    state = RedisState(SharedState(server.url), RESOURCE)
+    state = RedisState(SharedState(server.url, timeout=GENEROUS), RESOURCE)
     try:
         assert await RedisReplayCache(state).first_use("proof", wall_clock() + 60)
         server.stop()
@@ -208,18 +210,10 @@ async def test_every_store_says_503_with_retry_after_when_redis_is_down() -> Non
         await state.aclose()
 
 
-@pytest.fixture
-def silent_redis() -> Iterator[SilentListener]:
-    listener = SilentListener()
-    yield listener
-    listener.close()
-
-
 async def test_a_redis_that_never_answers_costs_the_timeout_and_no_more(
     silent_redis: SilentListener,
 ) -> None:
-    url = f"redis://127.0.0.1:{silent_redis.port}/0"
-    state = RedisState(SharedState(url, timeout=0.2), RESOURCE)
+    state = RedisState(SharedState(silent_redis.url, timeout=0.2), RESOURCE)
     try:
         for call in (
             RedisReplayCache(state).first_use("proof", wall_clock() + 60),
@@ -233,51 +227,54 @@ async def test_a_redis_that_never_answers_costs_the_timeout_and_no_more(
         await state.aclose()
 
 
-async def test_replicas_share_introspection_verdicts_and_see_a_revocation_after_the_deadline(
-    redis_url: str, redis_client: Any
-) -> None:
-    auth_server = FakeAuthorizationServer()
-    token = "opaque-token-" + "x" * 20
+def introspected(auth_server: FakeAuthorizationServer, subject: str) -> str:
+    """A new opaque token the authorization server's introspection calls active."""
+    token = f"opaque-token-{subject}-" + "x" * 20
     auth_server.active[token] = {
         "active": True,
-        "sub": "alice",
+        "sub": subject,
         "client_id": "client-1",
         "scope": "mcp:basic",
         "aud": RESOURCE,
         "iss": ISSUER,
         "exp": int(time.time()) + 3600,
     }
-    async with auth_server.http_client() as as_http:
+    return token
 
-        def replica() -> ProtectedResourceMiddleware:
-            verifier = IntrospectionVerifier(
-                resource=RESOURCE,
-                client_id=INTROSPECTION_CLIENT[0],
-                client_secret=INTROSPECTION_CLIENT[1],
-                http=as_http,
-                endpoint=f"{ISSUER}/introspect",
-                cache_seconds=60,
-            )
-            return ProtectedResourceMiddleware(
-                RecordingApp(),
-                resource=RESOURCE,
-                authorization_servers=[ISSUER],
-                verifier=verifier,
-                shared_state=redis_url,
-                dpop=DPoP(),
-            )
 
-        first, second = replica(), replica()
-        async with client_for(first) as a, client_for(second) as b:
-            assert (await a.get("/mcp", headers=bearer(token))).status_code == 200
-            assert (await b.get("/mcp", headers=bearer(token))).status_code == 200
-            assert auth_server.fetches["introspect"] == 1  # the second replica asked no one
-            del auth_server.active[token]  # revoked at the authorization server
-            within = [await c.get("/mcp", headers=bearer(token)) for c in (a, b)]
-            with later(61):  # every replica's deadline has passed
-                after = [await c.get("/mcp", headers=bearer(token)) for c in (a, b)]
-        await first.aclose()
-        await second.aclose()
+def introspecting_replica(as_http: Any, shared_state: str) -> ProtectedResourceMiddleware:
+    verifier = IntrospectionVerifier(
+        resource=RESOURCE,
+        client_id=INTROSPECTION_CLIENT[0],
+        client_secret=INTROSPECTION_CLIENT[1],
+        http=as_http,
+        endpoint=f"{ISSUER}/introspect",
+        cache_seconds=60,
+    )
+    return ProtectedResourceMiddleware(
+        RecordingApp(),
+        resource=RESOURCE,
+        authorization_servers=[ISSUER],
+        verifier=verifier,
+        shared_state=SharedState(shared_state, timeout=GENEROUS),
+    )
+
+
+async def test_replicas_share_introspection_verdicts_and_see_a_revocation_after_the_deadline(
+    auth_server: FakeAuthorizationServer, as_http: Any, redis_url: str, redis_client: Any
+) -> None:
+    token = introspected(auth_server, "alice")
+    first, second = (introspecting_replica(as_http, redis_url) for _ in "ab")
+    async with client_for(first) as a, client_for(second) as b:
+        assert (await a.get("/mcp", headers=bearer(token))).status_code == 200
+        assert (await b.get("/mcp", headers=bearer(token))).status_code == 200
+        assert auth_server.fetches["introspect"] == 1  # the second replica asked no one
+        del auth_server.active[token]  # revoked at the authorization server
+        within = [await c.get("/mcp", headers=bearer(token)) for c in (a, b)]
+        with later(61):  # every replica's deadline has passed
+            after = [await c.get("/mcp", headers=bearer(token)) for c in (a, b)]
+    await first.aclose()
+    await second.aclose()
     assert [r.status_code for r in within] == [200, 200]  # reused until the deadline
     assert [r.status_code for r in after] == [401, 401]
     for key in redis_client.keys("*"):
@@ -286,41 +283,18 @@ async def test_replicas_share_introspection_verdicts_and_see_a_revocation_after_
 
 
 async def test_a_verdict_in_memory_needs_no_redis_and_a_miss_asks_the_verifier(
-    auth_server: FakeAuthorizationServer,
+    auth_server: FakeAuthorizationServer, as_http: Any
 ) -> None:
+    token, other = introspected(auth_server, "bob"), introspected(auth_server, "carol")
     server = start_redis()
-    token = "opaque-token-" + "y" * 20
-    auth_server.active[token] = {
-        "active": True,
-        "sub": "bob",
-        "client_id": "client-1",
-        "aud": RESOURCE,
-        "iss": ISSUER,
-        "exp": int(time.time()) + 3600,
-    }
-    other = "opaque-token-" + "z" * 20
-    auth_server.active[other] = {**auth_server.active[token], "sub": "carol"}
     try:
-        async with auth_server.http_client() as as_http:
-            middleware = ProtectedResourceMiddleware(
-                RecordingApp(),
-                resource=RESOURCE,
-                authorization_servers=[ISSUER],
-                verifier=IntrospectionVerifier(
-                    resource=RESOURCE,
-                    client_id=INTROSPECTION_CLIENT[0],
-                    client_secret=INTROSPECTION_CLIENT[1],
-                    http=as_http,
-                    endpoint=f"{ISSUER}/introspect",
-                ),
-                shared_state=server.url,
-            )
-            async with client_for(middleware) as client:
-                assert (await client.get("/mcp", headers=bearer(token))).status_code == 200
-                server.stop()
-                kept = await client.get("/mcp", headers=bearer(token))
-                missed = await client.get("/mcp", headers=bearer(other))
-            await middleware.aclose()
+        middleware = introspecting_replica(as_http, server.url)
+        async with client_for(middleware) as client:
+            assert (await client.get("/mcp", headers=bearer(token))).status_code == 200
+            server.stop()
+            kept = await client.get("/mcp", headers=bearer(token))
+            missed = await client.get("/mcp", headers=bearer(other))
+        await middleware.aclose()
     finally:
         server.stop()
     assert kept.status_code == 200  # from this process's memory
