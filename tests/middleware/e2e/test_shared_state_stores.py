@@ -175,6 +175,15 @@ async def test_verdicts_without_a_deadline_or_json_claims_are_not_kept(
     assert redis_client.keys("*") == []
 
 
+async def test_a_verdict_kept_for_one_resource_is_not_another_s(
+    states: Callable[..., RedisState],
+) -> None:
+    kept = verdict()
+    await RedisVerdicts(states(RESOURCE)).put(b"5" * 32, kept)
+    assert await RedisVerdicts(states("https://other.example.com/mcp")).get(b"5" * 32) is None
+    assert await RedisVerdicts(states(RESOURCE)).get(b"5" * 32) == kept
+
+
 @pytest.mark.parametrize(
     "stored",
     [b"not json", b"[]", b'{"v": 2}', b'{"v": 1, "scopes": "a b"}', b'{"v": 1, "subject": 1}'],
