@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Row, Table, delete, exists, insert, update
+from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, update
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
 from mcpauth.oauth import format_scope, parse_scope
+from mcpauth.server.storage.database import Prepared, Record
 from mcpauth.server.storage.models import (
     AuthorizationCode,
     Client,
@@ -23,10 +24,6 @@ from mcpauth.server.storage.models import (
 )
 
 
-def _rowcount(result: object) -> int:
-    return result.rowcount if isinstance(result, CursorResult) else 0
-
-
 def _table(model: Any) -> Table:
     table: Table = model.__table__
     return table
@@ -34,39 +31,76 @@ def _table(model: Any) -> Table:
 
 CODES, GRANTS, REFRESH_TOKENS = _table(AuthorizationCode), _table(Grant), _table(RefreshToken)
 
+# The statements of a code exchange and a refresh, compiled once (the token endpoint's hot path)
+_CODE = Prepared(core_select(CODES).where(CODES.c.digest == bindparam("digest")))
+_REFRESH_TOKEN = Prepared(
+    core_select(REFRESH_TOKENS).where(REFRESH_TOKENS.c.digest == bindparam("digest"))
+)
+_GRANT = Prepared(core_select(GRANTS).where(GRANTS.c.id == bindparam("grant_id")))
+_REDEEM = Prepared(
+    update(CODES)
+    .where(CODES.c.digest == bindparam("digest"), CODES.c.redeemed_at.is_(None))
+    .values(redeemed_at=bindparam("now"))
+)
+_ROTATE = Prepared(
+    update(REFRESH_TOKENS)
+    .where(REFRESH_TOKENS.c.digest == bindparam("digest"), REFRESH_TOKENS.c.rotated_at.is_(None))
+    .values(rotated_at=bindparam("now"))
+)
+# a live grant's tokens are rotated only by use: revoking it is what rotates the others
+_REPLAY = Prepared(
+    update(GRANTS)
+    .where(
+        GRANTS.c.id == bindparam("grant_id"),
+        GRANTS.c.revoked_at.is_(None),
+        exists().where(
+            REFRESH_TOKENS.c.digest == bindparam("digest"),
+            REFRESH_TOKENS.c.grant_id == bindparam("grant_id"),
+            REFRESH_TOKENS.c.rotated_at > bindparam("since"),
+        ),
+    )
+    .values(last_used_at=bindparam("now"))
+)
+_ADD_REFRESH_TOKEN = Prepared(
+    insert(REFRESH_TOKENS).values({c.key: bindparam(c.key) for c in REFRESH_TOKENS.columns})
+)
+_TOUCH_GRANT = Prepared(
+    update(GRANTS).where(GRANTS.c.id == bindparam("grant_id")).values(last_used_at=bindparam("now"))
+)
+_REVOKE_GRANT = Prepared(
+    update(GRANTS)
+    .where(GRANTS.c.id == bindparam("grant_id"), GRANTS.c.revoked_at.is_(None))
+    .values(revoked_at=bindparam("now"))
+)
+_REVOKE_FAMILY = Prepared(
+    update(REFRESH_TOKENS)
+    .where(
+        REFRESH_TOKENS.c.grant_id == bindparam("grant_id"), REFRESH_TOKENS.c.rotated_at.is_(None)
+    )
+    .values(rotated_at=bindparam("now"))
+)
 
-def code_by_digest(conn: Connection, digest: str) -> Row[Any] | None:
-    return conn.execute(core_select(CODES).where(CODES.c.digest == digest)).first()
+
+def code_by_digest(conn: Connection, digest: str) -> Record | None:
+    return _CODE.first(conn, digest=digest)
 
 
-def refresh_token_by_digest(conn: Connection, digest: str) -> Row[Any] | None:
-    return conn.execute(
-        core_select(REFRESH_TOKENS).where(REFRESH_TOKENS.c.digest == digest)
-    ).first()
+def refresh_token_by_digest(conn: Connection, digest: str) -> Record | None:
+    return _REFRESH_TOKEN.first(conn, digest=digest)
 
 
-def grant_by_id(conn: Connection, grant_id: str) -> Row[Any] | None:
-    return conn.execute(core_select(GRANTS).where(GRANTS.c.id == grant_id)).first()
+def grant_by_id(conn: Connection, grant_id: str) -> Record | None:
+    return _GRANT.first(conn, grant_id=grant_id)
 
 
 def redeem_code(conn: Connection, digest: str, now: int) -> bool:
     """Mark the code redeemed; True only for the one caller that did."""
-    result = conn.execute(
-        update(CODES)
-        .where(CODES.c.digest == digest, CODES.c.redeemed_at.is_(None))
-        .values(redeemed_at=now)
-    )
-    return _rowcount(result) == 1
+    return _REDEEM.rowcount(conn, digest=digest, now=now) == 1
 
 
 def rotate_refresh_token(conn: Connection, digest: str, now: int) -> bool:
     """Mark the refresh token used; True only for the one caller that did."""
-    result = conn.execute(
-        update(REFRESH_TOKENS)
-        .where(REFRESH_TOKENS.c.digest == digest, REFRESH_TOKENS.c.rotated_at.is_(None))
-        .values(rotated_at=now)
-    )
-    return _rowcount(result) == 1
+    return _ROTATE.rowcount(conn, digest=digest, now=now) == 1
 
 
 def replay_refresh_token(
@@ -78,39 +112,21 @@ def replay_refresh_token(
     either waits for this refresh (and then revokes what it issues) or makes it fail."""
     if grace <= 0:
         return False
-    # a live grant's tokens are rotated only by use: revoking it is what rotates the others
-    rotated_within_grace = exists().where(
-        REFRESH_TOKENS.c.digest == digest,
-        REFRESH_TOKENS.c.grant_id == grant_id,
-        REFRESH_TOKENS.c.rotated_at > now - grace,
-    )
-    result = conn.execute(
-        update(GRANTS)
-        .where(GRANTS.c.id == grant_id, GRANTS.c.revoked_at.is_(None), rotated_within_grace)
-        .values(last_used_at=now)
-    )
-    return _rowcount(result) == 1
+    changed = _REPLAY.rowcount(conn, grant_id=grant_id, digest=digest, since=now - grace, now=now)
+    return changed == 1
 
 
 def add_refresh_token(conn: Connection, values: dict[str, Any], now: int) -> None:
     """Store a refresh token and mark its grant used."""
-    conn.execute(insert(REFRESH_TOKENS).values(**values))
-    conn.execute(update(GRANTS).where(GRANTS.c.id == values["grant_id"]).values(last_used_at=now))
+    _ADD_REFRESH_TOKEN.rowcount(conn, **values)
+    _TOUCH_GRANT.rowcount(conn, grant_id=values["grant_id"], now=now)
 
 
 def revoke_grant(unit: Connection | Session, grant_id: str, now: int) -> None:
     """Revoke a grant and every refresh token of its family (replay, user revocation)."""
     conn = unit.connection() if isinstance(unit, Session) else unit
-    conn.execute(
-        update(GRANTS)
-        .where(GRANTS.c.id == grant_id, GRANTS.c.revoked_at.is_(None))
-        .values(revoked_at=now)
-    )
-    conn.execute(
-        update(REFRESH_TOKENS)
-        .where(REFRESH_TOKENS.c.grant_id == grant_id, REFRESH_TOKENS.c.rotated_at.is_(None))
-        .values(rotated_at=now)
-    )
+    _REVOKE_GRANT.rowcount(conn, grant_id=grant_id, now=now)
+    _REVOKE_FAMILY.rowcount(conn, grant_id=grant_id, now=now)
 
 
 def access_token_revoked(session: Session, jti: str, grant_id: str | None) -> bool:

@@ -14,7 +14,7 @@ from mcpauth.oauth import IDENTITY_SCOPES, format_scope
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.storage import grant_store, identities
-from mcpauth.server.storage.database import Connection, Row, Session
+from mcpauth.server.storage.database import Connection, Record, Session
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens import openid
 
@@ -154,7 +154,7 @@ def person_claims(
 
 def for_grant(
     settings: Settings,
-    grant: Row[Any],
+    grant: Record,
     scopes: list[str],
     now: int,
     person: dict[str, Any] | None = None,
@@ -178,7 +178,7 @@ def for_grant(
 def add_refresh_token(
     settings: Settings,
     conn: Connection,
-    grant: Row[Any],
+    grant: Record,
     *,
     scope: str,
     now: int,

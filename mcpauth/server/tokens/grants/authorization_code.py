@@ -4,8 +4,6 @@ T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
@@ -14,7 +12,7 @@ from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.database import Connection, Row
+from mcpauth.server.storage.database import Connection, Record
 from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens import openid
 from mcpauth.server.tokens.issuance import (
@@ -27,7 +25,7 @@ from mcpauth.server.tokens.issuance import (
 from mcpauth.server.tokens.services import TokenServices
 
 
-def _check_binding(code: Row[Any], client: Client, form: dict[str, str], jkt: str | None) -> None:
+def _check_binding(code: Record, client: Client, form: dict[str, str], jkt: str | None) -> None:
     if code.client_id != client.client_id:
         raise InvalidGrant("The code was issued to another client")
     redirect_uri = form.get("redirect_uri")

@@ -6,8 +6,6 @@ resource stays the grant's."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, InvalidRequest, OAuthError
 from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
@@ -15,7 +13,7 @@ from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
-from mcpauth.server.storage.database import Connection, Row
+from mcpauth.server.storage.database import Connection, Record
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.issuance import (
     Issuance,
@@ -27,7 +25,7 @@ from mcpauth.server.tokens.issuance import (
 from mcpauth.server.tokens.services import TokenServices
 
 
-def _requested(form: dict[str, str], token: Row[Any], resource: Resource | None) -> list[str]:
+def _requested(form: dict[str, str], token: Record, resource: Resource | None) -> list[str]:
     requested = checks.parse_scope(form.get("scope"))
     scopes = checks.narrower_scopes(requested, parse_scope(token.scope), resource)
     checks.check_same_resource(
@@ -43,7 +41,7 @@ def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthE
     return InvalidGrant("The refresh token was already used; its grant is revoked")
 
 
-def _replayed(conn: Connection, client: Client, token: Row[Any], now: int, grace: int) -> bool:
+def _replayed(conn: Connection, client: Client, token: Record, now: int, grace: int) -> bool:
     """Whether the rotated ``token`` is back within the grace (parallel refreshes, a retry after
     a lost response): it is then used once more, and nothing is revoked."""
     if not grant_store.replay_refresh_token(conn, token.digest, token.grant_id, now, grace):
@@ -59,7 +57,7 @@ def _replayed(conn: Connection, client: Client, token: Row[Any], now: int, grace
 
 def _presented(
     conn: Connection, client: Client, form: dict[str, str]
-) -> tuple[Row[Any], Row[Any]] | OAuthError:
+) -> tuple[Record, Record] | OAuthError:
     """The client's refresh token named by the form, with its grant, which lives."""
     value = form.get("refresh_token")
     if not value:
