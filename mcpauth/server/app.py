@@ -33,7 +33,7 @@ from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMidd
 from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
 from mcpauth.server.operations.rate_limits import Rate, RateLimitMiddleware
 from mcpauth.server.storage import migrate
-from mcpauth.server.storage.database import DatabaseError, Engine, make_engine
+from mcpauth.server.storage.database import Database, DatabaseError, Engine, make_engine
 from mcpauth.server.storage.prune import prune, report, table_rows
 from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens import endpoint as token
@@ -46,7 +46,7 @@ log = logging.getLogger("mcpauth.server")
 
 def _middleware(
     settings: Settings,
-    engine: Engine,
+    db: Database,
     clock: Callable[[], float],
     metrics: Metrics | None,
     token_route: Route,
@@ -84,7 +84,7 @@ def _middleware(
     stack.append(
         Middleware(
             RateLimitMiddleware,
-            engine=engine,
+            db=db,
             base_path=path_of(settings.issuer),
             rates=rates,
             clock=clock,
@@ -323,7 +323,7 @@ def create_app(
             audit_logger.setLevel(logging.INFO)  # counted even when not written
     app = Starlette(
         routes=routes,
-        middleware=_middleware(settings, engine, clock, metrics, token_route, routes),
+        middleware=_middleware(settings, db, clock, metrics, token_route, routes),
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )

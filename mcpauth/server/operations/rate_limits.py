@@ -21,7 +21,7 @@ from mcpauth.oauth import parse_basic_authorization
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import error_response
 from mcpauth.server.operations.size_limits import address_in_key
-from mcpauth.server.storage.database import Engine
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.defences import Slot, merge_rate_counts
 from mcpauth.server.threads import run_blocking
 
@@ -36,8 +36,8 @@ class Rate:
 
 
 class SharedCounters:
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, db: Database) -> None:
+        self._db = db
         self._pending: dict[Slot, int] = {}  # counted here, not yet in the table
         self._known: dict[Slot, int] = {}  # the table's total at the last sync
         self._lock = threading.Lock()
@@ -69,7 +69,7 @@ class SharedCounters:
         with self._lock:
             pending, self._pending = self._pending, {}
             self.synced_at = now
-        totals = merge_rate_counts(self._engine, pending, interesting)
+        totals = merge_rate_counts(self._db, pending, interesting)
         with self._lock:
             self._known = {s: n for s, n in {**self._known, **totals}.items() if s[1] + 3600 > now}
 
@@ -89,7 +89,7 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         *,
-        engine: Engine,
+        db: Database,
         base_path: str,
         rates: dict[str, Rate],
         clock: Callable[[], float],
@@ -98,7 +98,7 @@ class RateLimitMiddleware:
         self.rates = {f"{base_path}{suffix}": rate for suffix, rate in rates.items() if rate.limit}
         self.login = next((r for name, r in self.rates.items() if name.endswith("/login")), None)
         self.clock = clock
-        self.counters = SharedCounters(engine)
+        self.counters = SharedCounters(db)
         self._syncing = False
 
     def _rate(self, path: str) -> tuple[str, Rate] | None:

@@ -8,11 +8,12 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, case, select, update
+from sqlalchemy import Connection, Table, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import RateCounter, Throttle, UsedAssertion
 
 _THROTTLE: Table = Throttle.__table__  # type: ignore[attr-defined]
@@ -21,7 +22,7 @@ _RATES: Table = RateCounter.__table__  # type: ignore[attr-defined]
 Slot = tuple[str, int]  # (rate key, window start)
 
 
-def _insert(bind: Connection | Engine) -> Any:
+def _insert(bind: Connection) -> Any:
     return postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
 
 
@@ -64,35 +65,33 @@ def clear_failures(session: Session, key: str) -> None:
 
 
 def merge_rate_counts(
-    engine: Engine, pending: Mapping[Slot, int], interesting: Iterable[Slot]
+    db: Database, pending: Mapping[Slot, int], interesting: Iterable[Slot]
 ) -> dict[Slot, int]:
     """Add ``pending`` counts to the shared table in one transaction (a slot of a newer window
-    replaces the key's old one); the table's totals of those slots and of ``interesting``."""
+    replaces the key's old one); the table's totals of those slots and of ``interesting``. A
+    write transaction of ``db``, so on SQLite it queues with this process's other writers
+    instead of meeting them in SQLite's busy handler."""
     table = _RATES
     totals: dict[Slot, int] = {}
-    with engine.connect() as conn:
-        conn = conn.execution_options(mcpauth_write=True)
+    with db.transaction() as conn:
         insert = _insert(conn)
-        with conn.begin():
-            for (key, start), delta in sorted(pending.items()):
-                same_window = (table.c.window_start == start).cast(table.c.count.type)
-                statement = (
-                    insert(table)
-                    .values(key=key, window_start=start, count=delta)
-                    .on_conflict_do_update(
-                        index_elements=[table.c.key],
-                        set_={"count": same_window * table.c.count + delta, "window_start": start},
-                    )
-                    .returning(table.c.count)
+        for (key, start), delta in sorted(pending.items()):
+            same_window = (table.c.window_start == start).cast(table.c.count.type)
+            statement = (
+                insert(table)
+                .values(key=key, window_start=start, count=delta)
+                .on_conflict_do_update(
+                    index_elements=[table.c.key],
+                    set_={"count": same_window * table.c.count + delta, "window_start": start},
                 )
-                totals[(key, start)] = int(conn.execute(statement).scalar_one())
-            for slot in set(interesting) - set(totals):
-                row = conn.execute(
-                    select(table.c.count).where(
-                        table.c.key == slot[0], table.c.window_start == slot[1]
-                    )
-                ).first()
-                totals[slot] = int(row[0]) if row else 0
+                .returning(table.c.count)
+            )
+            totals[(key, start)] = int(conn.execute(statement).scalar_one())
+        for slot in set(interesting) - set(totals):
+            row = conn.execute(
+                select(table.c.count).where(table.c.key == slot[0], table.c.window_start == slot[1])
+            ).first()
+            totals[slot] = int(row[0]) if row else 0
     return totals
 
 
