@@ -54,6 +54,54 @@ def test_run_blocking_runs_in_a_worker_thread_with_the_callers_context() -> None
     assert seen == "r-1"
 
 
+def test_an_exception_in_the_worker_thread_is_raised_in_the_caller() -> None:
+    def refuse() -> None:
+        raise InvalidClient("no")
+
+    async def main() -> None:
+        await run_blocking(refuse)
+
+    with pytest.raises(InvalidClient, match="no"):
+        asyncio.run(main())
+
+
+def test_a_caller_that_gives_up_gets_nothing_set_on_its_cancelled_future() -> None:
+    release = threading.Event()
+    errors: list[dict[str, object]] = []
+
+    async def main() -> str:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        waiting = asyncio.ensure_future(run_blocking(release.wait, 10.0))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()  # the abandoned call ends now; its outcome goes nowhere
+        return await run_blocking(lambda: "next")
+
+    assert asyncio.run(main()) == "next"
+    assert errors == []
+
+
+def test_a_call_that_outlives_its_loop_does_not_cost_a_worker() -> None:
+    release = threading.Event()
+
+    async def abandon() -> asyncio.Future[bool]:
+        abandoned = asyncio.ensure_future(run_blocking(release.wait, 10.0))
+        await asyncio.sleep(0)  # submitted; asyncio.run then cancels it and closes the loop
+        return abandoned
+
+    asyncio.run(abandon())
+    release.set()
+    # every worker at once: one lost to the closed loop would leave the barrier short
+    barrier = threading.Barrier(threads.WORKERS, timeout=10)
+
+    async def all_at_once() -> list[int]:
+        return await asyncio.gather(*(run_blocking(barrier.wait) for _ in range(threads.WORKERS)))
+
+    assert sorted(asyncio.run(all_at_once())) == list(range(threads.WORKERS))
+
+
 def test_the_replay_machinery_is_gone() -> None:
     assert not hasattr(threads, "await_on_loop")
     assert not hasattr(threads, "NeedsAwait")
