@@ -67,7 +67,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _sqlite_begin(conn: Any) -> None:
     immediate = conn.get_execution_options().get("mcpauth_write", False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    # straight on the driver's connection: the statement needs none of SQLAlchemy's work
+    conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -163,8 +164,11 @@ class Database:
         # SQLite has one writer at a time; writers of this process queue on a lock (woken as
         # soon as it is free) instead of sleeping in SQLite's busy handler with growing
         # back-off, which made p99 latency seconds under load. Other processes still meet
-        # on BEGIN IMMEDIATE and the busy timeout.
+        # on BEGIN IMMEDIATE and the busy timeout. The lock's holder writes on one connection
+        # kept open for writing (no pool checkout and return per transaction).
         self._write_lock = threading.RLock() if engine.dialect.name == "sqlite" else None
+        self._writer: Connection | None = None
+        self._writing = False
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -172,21 +176,46 @@ class Database:
             yield session
 
     @contextmanager
+    def _write_connection(self) -> Iterator[Connection]:
+        """A connection for one write transaction: on SQLite the writers' own, the write lock
+        held; a pooled one on PostgreSQL (or for a write nested in another on this thread)."""
+        if self._write_lock is None:
+            with self.engine.connect() as conn:
+                yield conn.execution_options(mcpauth_write=True)
+            return
+        with self._write_lock:
+            if self._writing:
+                with self.engine.connect() as conn:
+                    yield conn.execution_options(mcpauth_write=True)
+                return
+            if self._writer is None:
+                self._writer = self.engine.connect().execution_options(mcpauth_write=True)
+            self._writing = True
+            try:
+                yield self._writer
+            finally:
+                self._writing = False
+
+    @contextmanager
     def write(self) -> Iterator[Session]:
         """A transaction committed at the end of the block, rolled back on an exception."""
-        with self._write_lock or nullcontext(), self.engine.connect() as conn:
-            conn = conn.execution_options(mcpauth_write=True)
-            with conn.begin(), Session(bind=conn, expire_on_commit=False) as session:
-                yield session
-                session.flush()
+        with (
+            self._write_connection() as conn,
+            conn.begin(),
+            Session(bind=conn, expire_on_commit=False) as session,
+        ):
+            yield session
+            session.flush()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """Like :meth:`write` for SQL Core statements: no ORM unit of work on hot paths."""
-        with self._write_lock or nullcontext(), self.engine.connect() as conn:
-            conn = conn.execution_options(mcpauth_write=True)
-            with conn.begin():
-                yield conn
+        with self._write_connection() as conn, conn.begin():
+            yield conn
 
     def dispose(self) -> None:
+        with self._write_lock or nullcontext():
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
         self.engine.dispose()
