@@ -10,6 +10,7 @@ naming a client cannot spend its budget. Over either limit: 429 with ``Retry-Aft
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,23 +44,21 @@ class SharedCounters:
         self._lock = threading.Lock()
         self.synced_at = float("-inf")
 
-    def hit(self, slots: list[Slot]) -> int:
-        """Count one request in each slot; the highest current estimate of their totals."""
-        highest = 0
+    def hit(self, slot: Slot) -> int:
+        """Count one request in ``slot``; the current estimate of its total."""
+        with self._lock:
+            count = self._pending[slot] = self._pending.get(slot, 0) + 1
+            return self._known.get(slot, 0) + count
+
+    def hit_and_current(self, slot: Slot, other: Slot | None) -> tuple[int, int]:
+        """Count one request in ``slot``: the estimates of its total and of ``other``'s (0 for
+        none), which is not counted."""
         with self._lock:
             pending, known = self._pending, self._known
-            for slot in slots:
-                count = pending[slot] = pending.get(slot, 0) + 1
-                highest = max(highest, known.get(slot, 0) + count)
-        return highest
-
-    def current(self, slots: list[Slot]) -> int:
-        """The highest current estimate of the slots' totals, counting nothing."""
-        with self._lock:
-            return max(
-                (self._known.get(slot, 0) + self._pending.get(slot, 0) for slot in slots),
-                default=0,
-            )
+            count = pending[slot] = pending.get(slot, 0) + 1
+            if other is None:
+                return known.get(slot, 0) + count, 0
+            return known.get(slot, 0) + count, known.get(other, 0) + pending.get(other, 0)
 
     def due(self, now: float) -> bool:
         return now - self.synced_at >= SYNC_SECONDS or len(self._pending) > MAX_PENDING_KEYS
@@ -72,6 +71,34 @@ class SharedCounters:
         totals = merge_rate_counts(self._db, pending, interesting)
         with self._lock:
             self._known = {s: n for s, n in {**self._known, **totals}.items() if s[1] + 3600 > now}
+
+
+_MEMO_MAX_LENGTH = 256  # keys of longer addresses and client ids are made afresh each time
+
+
+def _address_key_of(name: str, address: str) -> str:
+    return f"rate:{name}:ip:{address_in_key(address)}"
+
+
+def _client_key_of(name: str, client_id: str) -> str:
+    return f"rate:{name}:client:{digest(client_id)[:32]}"
+
+
+# the same few keys request after request: each made once (a bounded memo of short inputs)
+_address_key_memo = functools.lru_cache(maxsize=1024)(_address_key_of)
+_client_key_memo = functools.lru_cache(maxsize=1024)(_client_key_of)
+
+
+def _address_key(name: str, address: str | None) -> str:
+    if address is None:
+        return f"rate:{name}:ip:unknown"
+    short = len(address) <= _MEMO_MAX_LENGTH
+    return (_address_key_memo if short else _address_key_of)(name, address)
+
+
+def _client_key(name: str, client_id: str) -> str:
+    short = len(client_id) <= _MEMO_MAX_LENGTH
+    return (_client_key_memo if short else _client_key_of)(name, client_id)
 
 
 def _route_path(scope: Scope) -> str:
@@ -111,11 +138,12 @@ class RateLimitMiddleware:
     def _keys(self, scope: Scope, name: str) -> tuple[str, str | None]:
         """The address's key and the key of the client the Basic credentials name (if any)."""
         client = scope.get("client")
-        address = f"rate:{name}:ip:{address_in_key(client[0]) if client else 'unknown'}"
-        raw = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        authorization = raw.decode("latin-1")
-        basic = parse_basic_authorization(authorization)
-        return address, (f"rate:{name}:client:{digest(basic[0])[:32]}" if basic else None)
+        address = _address_key(name, client[0] if client else None)
+        for header, value in scope["headers"]:
+            if header == b"authorization":
+                basic = parse_basic_authorization(value.decode("latin-1"))
+                return address, (_client_key(name, basic[0]) if basic else None)
+        return address, None
 
     async def _sync(self, now: float, slots: list[Slot]) -> None:
         self._syncing = True
@@ -133,17 +161,17 @@ class RateLimitMiddleware:
         now = self.clock()
         start = int(now) - int(now) % rate.window
         address, named = self._keys(scope, name)
-        client_slot = [(named, start)] if named else []
+        client_slot = (named, start) if named else None
         if not self._syncing and self.counters.due(now):
-            await self._sync(now, [(address, start), *client_slot])
-        over = self.counters.hit([(address, start)]) > rate.limit
-        if over or (client_slot and self.counters.current(client_slot) >= rate.limit):
+            await self._sync(now, [(address, start)] + ([client_slot] if client_slot else []))
+        at_address, of_client = self.counters.hit_and_current((address, start), client_slot)
+        if at_address > rate.limit or (client_slot and of_client >= rate.limit):
             wait = max(1, start + rate.window - int(now))
             await error_response(TooManyRequests("Too many requests", retry_after=wait))(
                 scope, receive, send
             )
             return
-        if not client_slot:
+        if client_slot is None:
             await self.app(scope, receive, send)
             return
         status = 500
