@@ -252,3 +252,24 @@ async def test_a_removed_client_is_refused_at_once_in_this_process(
     admin.remove_client(seeded.state.mcpauth, secret_client["client_id"])
     response = await http.post("/token", data=cc_form(), headers=headers)
     assert response.status_code == 401
+
+
+async def test_a_changed_resource_changes_the_next_token_at_once_in_this_process(
+    http: httpx2.AsyncClient, secret_client: dict[str, Any], seeded: Starlette
+) -> None:
+    # the same request again and again: what it was granted is kept only as long as the
+    # registered resources it was decided with
+    ctx = seeded.state.mcpauth
+    headers = basic(secret_client["client_id"], secret_client["client_secret"])
+    first = await http.post("/token", data=cc_form(), headers=headers)
+    assert claims_of(seeded, first.json()["access_token"])["scope"] == "mcp:tools"
+    admin.remove_resource(ctx, RESOURCE)
+    gone = await http.post("/token", data=cc_form(), headers=headers)
+    assert gone.json()["error"] == "invalid_target"
+    admin.add_resource(ctx, RESOURCE, scopes=["mcp:tools", "mcp:read"], default_scopes=[])
+    back = await http.post("/token", data=cc_form(), headers=headers)
+    assert claims_of(seeded, back.json()["access_token"])["scope"] == "mcp:tools"
+    admin.remove_resource(ctx, RESOURCE)
+    admin.add_resource(ctx, RESOURCE, scopes=["mcp:read"])  # none the client may have
+    refused = await http.post("/token", data=cc_form(), headers=headers)
+    assert refused.json()["error"] == "invalid_scope"

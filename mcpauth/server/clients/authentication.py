@@ -7,6 +7,7 @@ first (:func:`load_client`), then the worker thread authenticates with it."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from mcpauth.errors import InvalidClient, InvalidRequest, OAuthError, TooManyRequests
@@ -120,8 +121,19 @@ def authenticated_from_memory(
 def _keys(credentials: PresentedCredentials, address: str) -> tuple[str, str]:
     """(client at this address, this address): the client id is digested, so a name the
     requester chose never makes a long key (nor does an over-long address)."""
-    named, where = digest(credentials.client_id)[:32], address_in_key(address)
+    if len(credentials.client_id) + len(address) <= _MEMO_MAX_LENGTH:
+        return _keys_memo(credentials.client_id, address)
+    return _keys_of(credentials.client_id, address)
+
+
+def _keys_of(client_id: str, address: str) -> tuple[str, str]:
+    named, where = digest(client_id)[:32], address_in_key(address)
     return (f"client-at:{named}:{where}", f"client-ip:{where}")
+
+
+_MEMO_MAX_LENGTH = 300  # the keys of longer ids and addresses are made afresh each time
+# every request of a client from its address names the same keys: made once
+_keys_memo = functools.lru_cache(maxsize=1024)(_keys_of)
 
 
 def record_failure(
