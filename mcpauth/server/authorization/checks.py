@@ -142,7 +142,9 @@ def check_same_resource(requested: str | None, granted: str, difference: str) ->
         canonical = canonical_resource(requested)
     except URIError as exc:
         raise InvalidTarget(f"resource: {exc}") from exc
-    if without_trailing_slash(canonical) != without_trailing_slash(granted):
+    if canonical != granted and without_trailing_slash(canonical) != without_trailing_slash(
+        granted
+    ):
         raise InvalidTarget(difference)
 
 
