@@ -71,14 +71,14 @@ def mcpauth_server(
     src: Path | None = None,
     name: str = MCPAUTH_NAME,
 ) -> Iterator[tuple[Server, str, str]]:
-    """`mcpauth serve` (imported from ``src`` when given) with the resource and a
+    """`mcpauth serve` (imported from ``src``, by default this checkout) with the resource and a
     client_credentials client; yields the server and the client's credentials."""
     workdir = workdir / name.replace(" ", "-").strip("()")
     workdir.mkdir(exist_ok=True)
     env = common.mcpauth_env(
         workdir,
         f"sqlite:///{workdir / 'mcpauth.db'}",
-        **({"PYTHONPATH": str(src.resolve())} if src else {}),
+        PYTHONPATH=str((src or ROOT).resolve()),
         # one client from one address sends every request: the per-minute token rate limit
         # (where the server has one) is raised so it never answers 429, but still counts
         MCPAUTH_RATE_LIMIT_TOKEN=str(args.rate_limit),
