@@ -8,6 +8,7 @@ lock upgrade); on PostgreSQL a plain transaction whose conditional UPDATEs decid
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections import namedtuple
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, Select, create_engine, event
 from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import SQLAlchemyError as DatabaseError
 from sqlalchemy.sql.expression import ClauseElement
 from sqlmodel import Session
@@ -72,9 +74,21 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: Any) -> None:
+    driver = conn.connection.driver_connection
+    if driver.in_transaction:  # begun by Database.transaction itself: SQLAlchemy joins it
+        return
     immediate = conn.get_execution_options().get("mcpauth_write", False)
     # straight on the driver's connection: the statement needs none of SQLAlchemy's work
-    conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    driver.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _driver_sql(driver: Any, statement: str) -> None:
+    """``statement`` on a driver connection, its errors raised as SQLAlchemy's (as
+    :class:`DatabaseError`, like every other statement's)."""
+    try:
+        driver.execute(statement)
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -215,9 +229,33 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """Like :meth:`write` for SQL Core statements: no ORM unit of work on hot paths."""
-        with self._write_connection() as conn, conn.begin():
-            yield conn
+        """Like :meth:`write` for SQL Core statements: no ORM unit of work on hot paths.
+
+        On SQLite the transaction is begun and committed on the driver's connection: the
+        token endpoint's :class:`Prepared` statements need none of SQLAlchemy's bookkeeping
+        around them (about as much work as the transaction's statements). A statement run
+        through SQLAlchemy inside joins the transaction (``_sqlite_begin``), which SQLAlchemy
+        then commits or rolls back itself.
+        """
+        with self._write_connection() as conn:
+            if self._write_lock is None:
+                with conn.begin():
+                    yield conn
+                return
+            driver: Any = conn.connection.driver_connection
+            _driver_sql(driver, "BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction():
+                    conn.rollback()
+                elif driver.in_transaction:
+                    _driver_sql(driver, "ROLLBACK")
+                raise
+            if conn.in_transaction():
+                conn.commit()
+            else:
+                _driver_sql(driver, "COMMIT")
 
     def dispose(self) -> None:
         with self._write_lock or nullcontext():
