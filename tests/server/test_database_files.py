@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from mcpauth.server.storage.database import make_engine
+from mcpauth.server.storage.database import (
+    CHECKPOINT_EVERY,
+    WAL_CHECKPOINT_PAGES,
+    Database,
+    make_engine,
+)
 
 
 @pytest.fixture
@@ -62,8 +67,7 @@ def test_an_existing_database_file_keeps_the_mode_its_administrator_chose(
 
 
 def test_sqlite_keeps_a_write_ahead_log_synced_at_checkpoints(tmp_path: Path) -> None:
-    # WAL with synchronous=NORMAL: a commit survives a crash of the process (docs/configuration.md);
-    # the log is copied back every 4000 pages, not SQLite's 1000
+    # WAL with synchronous=NORMAL: a commit survives a crash of the process (docs/security.md)
     engine = make_engine(f"sqlite:///{tmp_path / 'mcpauth.db'}")
     try:
         with engine.connect() as conn:
@@ -74,3 +78,34 @@ def test_sqlite_keeps_a_write_ahead_log_synced_at_checkpoints(tmp_path: Path) ->
     finally:
         engine.dispose()
     assert pragmas == {"journal_mode": "wal", "synchronous": 1, "wal_autocheckpoint": 4000}
+
+
+def test_the_log_is_checkpointed_in_the_background_and_stays_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "mcpauth.db"
+    db = Database(make_engine(f"sqlite:///{path}"))
+    checkpointer = db.checkpointer
+    assert checkpointer is not None
+    try:
+        with db.transaction() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x BLOB)")
+        rows = 0
+        # three times WAL_CHECKPOINT_PAGES of log (ten pages a row), and a background
+        # checkpoint every CHECKPOINT_EVERY rows
+        while rows < WAL_CHECKPOINT_PAGES * 3 // 10 or checkpointer.checkpoints < 3:
+            rows += 1
+            assert rows < 20 * CHECKPOINT_EVERY, "no checkpoint in the background"
+            with db.transaction() as conn:
+                conn.exec_driver_sql("INSERT INTO t VALUES (randomblob(40000))")
+        # commits past the limit found the log copied and started it afresh (one that met the
+        # background checkpoint at work left it to the next)
+        log_size = path.with_name("mcpauth.db-wal").stat().st_size
+    finally:
+        db.dispose()
+    frame = 4096 + 24  # a page and its frame header
+    assert log_size < WAL_CHECKPOINT_PAGES * 3 // 2 * frame
+
+
+def test_an_in_memory_database_has_no_checkpointer() -> None:
+    db = Database(make_engine("sqlite:///:memory:"))
+    assert db.checkpointer is None
+    db.dispose()

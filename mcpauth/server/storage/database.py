@@ -7,6 +7,7 @@ lock upgrade); on PostgreSQL a plain transaction whose conditional UPDATEs decid
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -38,11 +39,18 @@ __all__ = [
     "sqlite_file",
 ]
 
+log = logging.getLogger("mcpauth.server")
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-# The commit that takes SQLite's write-ahead log past this many pages copies the log back into
-# the database file and waits for the disk (two fsyncs), every queued writer behind it. SQLite's
-# default, 1000 pages (4 MiB), did that every ~150 token requests; a 16 MiB log does it a
-# quarter as often for the same pages copied, and crash recovery reads at most that log.
+# SQLite copies its write-ahead log back into the database file (a checkpoint: the pages
+# copied, then two fsyncs) in the commit that takes the log past a size, and that writer and
+# every writer queued behind it wait for the disk (tens of ms). Instead a thread of mcpauth's
+# own checkpoints every CHECKPOINT_EVERY write transactions: the copying while the writers go
+# on, then the remainder (a few pages, two small fsyncs) with this process's writers held back,
+# so that the next one starts the log afresh. A commit still checkpoints a log that reaches
+# WAL_CHECKPOINT_PAGES (16 MiB; SQLite's default is 4 MiB): another process writing, or this
+# thread behind.
+CHECKPOINT_EVERY = 200
 WAL_CHECKPOINT_PAGES = 4000
 PRIVATE_FILE_MODE = 0o600  # the database holds digests, keys and users: owner only
 PRIVATE_DIR_MODE = 0o700
@@ -176,6 +184,61 @@ class Prepared:
         return count
 
 
+class _Checkpointer:
+    """Checkpoints an SQLite database's log in a daemon thread when asked: started by the first
+    request, ended after a minute without one (or when the database is disposed of)."""
+
+    IDLE_SECONDS = 60.0
+
+    def __init__(self, engine: Engine, write_lock: threading.RLock) -> None:
+        self._engine = engine
+        self._write_lock = write_lock
+        self._due = threading.Event()
+        self._lock = threading.Lock()
+        self._running = False
+        self._closed = False
+        self.checkpoints = 0  # completed
+
+    def request(self) -> None:
+        self._due.set()
+        with self._lock:
+            if not self._running and not self._closed:
+                self._running = True
+                threading.Thread(target=self._run, name="mcpauth-checkpoint", daemon=True).start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._due.set()
+
+    def _run(self) -> None:
+        while True:
+            self._due.wait(self.IDLE_SECONDS)
+            with self._lock:
+                if self._closed or not self._due.is_set():
+                    self._running = False
+                    return
+                self._due.clear()
+            try:
+                self.checkpoint()
+            except (DatabaseError, sqlite3.Error) as exc:  # the commit's own checkpoint remains
+                log.warning("background WAL checkpoint failed: %s", exc)
+
+    def checkpoint(self) -> None:
+        """Copy what the log holds back into the database file, as far as readers allow: most
+        of it while writers go on (a PASSIVE checkpoint takes no lock they wait for), the rest
+        with this process's writers held back, so that the next one starts the log afresh."""
+        conn = self._engine.raw_connection()  # outside any transaction, as a checkpoint must be
+        try:
+            driver: Any = conn.driver_connection
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            with self._write_lock:
+                driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            conn.close()
+        self.checkpoints += 1
+
+
 class Database:
     """Units of work over one engine."""
 
@@ -189,6 +252,13 @@ class Database:
         self._write_lock = threading.RLock() if engine.dialect.name == "sqlite" else None
         self._writer: Connection | None = None
         self._writing = False
+        on_file = sqlite_file(str(engine.url)) is not None
+        self.checkpointer = (
+            _Checkpointer(engine, self._write_lock)
+            if self._write_lock is not None and on_file
+            else None
+        )
+        self._writes = 0
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -215,6 +285,9 @@ class Database:
                 yield self._writer
             finally:
                 self._writing = False
+                self._writes += 1
+                if self.checkpointer is not None and self._writes % CHECKPOINT_EVERY == 0:
+                    self.checkpointer.request()
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -258,6 +331,8 @@ class Database:
                 _driver_sql(driver, "COMMIT")
 
     def dispose(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         with self._write_lock or nullcontext():
             if self._writer is not None:
                 self._writer.close()
