@@ -25,6 +25,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with collection_paused():  # the start; the server itself runs with the collector on
         import uvicorn
 
+        from mcpauth.server.serving import http_protocol
+
         configured, app = _start(args)
         # What start-up built (the modules, the app, its tables and caches) lives as long as
         # the process: kept out of the collector's full passes, which otherwise scan all of it
@@ -32,6 +34,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         gc.freeze()
     uvicorn.run(
         app,
+        http=http_protocol(),  # a response's head and body written at once
         host=configured.host,
         port=configured.port,
         access_log=False,
