@@ -8,7 +8,12 @@ first (:func:`load_client`), then the worker thread authenticates with it."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from mcpauth.errors import InvalidClient, InvalidRequest, OAuthError, TooManyRequests
 from mcpauth.oauth import CLIENT_ASSERTION_TYPE, SECRET_METHODS, parse_basic_authorization
@@ -22,6 +27,7 @@ from mcpauth.server.clients.metadata_documents import is_cimd_client_id
 from mcpauth.server.clients.records import find_client
 from mcpauth.server.clients.services import ClientServices
 from mcpauth.server.crypto import digest, matches
+from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.operations import lockout as throttle
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import address_in_key
@@ -281,3 +287,43 @@ def authenticate_request(
         )
         raise
     return client
+
+
+Services = TypeVar("Services", bound=ClientServices)
+# what an endpoint does for the client it authenticated: (ctx, client, form) -> JSON body
+ClientWork = Callable[[Services, Client, dict[str, str]], dict[str, Any]]
+
+
+def _authenticated_work(
+    ctx: Services,
+    form: dict[str, str],
+    authorization: str | None,
+    address: str,
+    endpoint: str,
+    loaded: Loaded,
+    work: ClientWork[Services],
+) -> dict[str, Any]:
+    client = authenticate_request(
+        ctx, form, authorization, address, endpoint=endpoint, loaded=loaded
+    )
+    return work(ctx, client, form)
+
+
+async def authenticated_answer(
+    ctx: Services, request: Request, endpoint: str, work: ClientWork[Services]
+) -> Response:
+    """The answer to a request the client authenticates, other than a token request (RFC 7009
+    revocation, RFC 7662 introspection): the form read and what the client's credentials need
+    from the network loaded on the event loop (:func:`load_request_client`), then in a worker
+    thread the client authenticated (:func:`authenticate_request`) and ``work(ctx, client,
+    form)`` done. Its body as JSON, never cached, or the OAuth error any step raised."""
+    try:
+        form = await form_params(request, ctx.settings.max_body_bytes)
+        authorization, address = request.headers.get("authorization"), client_ip(request)
+        loaded = await load_request_client(ctx, form, authorization, address)
+        body = await run_blocking(
+            _authenticated_work, ctx, form, authorization, address, endpoint, loaded, work
+        )
+    except OAuthError as error:
+        return error_response(error)
+    return json_response(body, headers=NO_STORE)

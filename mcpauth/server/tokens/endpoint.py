@@ -103,7 +103,7 @@ def _proven_key(ctx: TokenServices, proofs: list[str], client: Client) -> str | 
     return proof.jkt
 
 
-def _handle(
+def _respond(
     ctx: TokenServices,
     form: dict[str, str],
     authorization: str | None,
@@ -111,7 +111,10 @@ def _handle(
     credentials: PresentedCredentials | None,
     proofs: list[str],
     loaded: Loaded,
-) -> Issuance:
+) -> bytes:
+    """The whole token request in one worker thread: client authentication, the grant
+    (database and signing) and the JSON body, with what :func:`_load` loaded from the network
+    before."""
     grant_type = form.get("grant_type")
     if not grant_type:
         raise InvalidRequest("grant_type is required")
@@ -132,21 +135,6 @@ def _handle(
     jkt = _proven_key(ctx, proofs, client)
     issuance = handler(ctx, client, form, jkt=jkt)
     _audit(grant_type, client, issuance)
-    return issuance
-
-
-def _respond(
-    ctx: TokenServices,
-    form: dict[str, str],
-    authorization: str | None,
-    address: str,
-    credentials: PresentedCredentials | None,
-    proofs: list[str],
-    loaded: Loaded,
-) -> bytes:
-    """The whole token request in one worker thread: database, signing and JSON body, with
-    what :func:`_load` loaded from the network before."""
-    issuance = _handle(ctx, form, authorization, address, credentials, proofs, loaded)
     return compact_json(issuance.response(ctx.keys.signer()))
 
 
@@ -196,7 +184,7 @@ async def _load(
 
 def _credentials(authorization: str | None, form: dict[str, str]) -> PresentedCredentials | None:
     """The request's client credentials, parsed once; None if they are malformed (then
-    :func:`_handle` raises the error in its place, after the grant type is checked)."""
+    :func:`_respond` raises the error in its place, after the grant type is checked)."""
     try:
         return authentication.presented_credentials(authorization, form)
     except OAuthError:

@@ -10,12 +10,10 @@ from starlette.responses import Response
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError, UnauthorizedClient
-from mcpauth.server.clients.authentication import authenticate_request, load_request_client
-from mcpauth.server.clients.directory import Loaded
+from mcpauth.server.clients.authentication import authenticated_answer
 from mcpauth.server.crypto import digest
-from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.storage import grant_store
-from mcpauth.server.threads import run_blocking
+from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 from mcpauth.server.tokens.services import TokenServices, token_services
 
@@ -79,16 +77,7 @@ def introspection(ctx: TokenServices, token: str, hint: str | None) -> dict[str,
     return _refresh_token(ctx, token) or INACTIVE
 
 
-def _handle(
-    ctx: TokenServices,
-    form: dict[str, str],
-    authorization: str | None,
-    address: str,
-    loaded: Loaded,
-) -> dict[str, Any]:
-    client = authenticate_request(
-        ctx, form, authorization, address, endpoint="introspect", loaded=loaded
-    )
+def _introspect(ctx: TokenServices, client: Client, form: dict[str, str]) -> dict[str, Any]:
     if not client.introspect:
         raise UnauthorizedClient("This client may not introspect tokens")
     token = form.get("token")
@@ -98,12 +87,4 @@ def _handle(
 
 
 async def introspect(request: Request) -> Response:
-    ctx = token_services(request)
-    try:
-        form = await form_params(request, ctx.settings.max_body_bytes)
-        authorization, address = request.headers.get("authorization"), client_ip(request)
-        loaded = await load_request_client(ctx, form, authorization, address)
-        body = await run_blocking(_handle, ctx, form, authorization, address, loaded)
-    except OAuthError as error:
-        return error_response(error)
-    return json_response(body, headers=NO_STORE)
+    return await authenticated_answer(token_services(request), request, "introspect", _introspect)

@@ -5,11 +5,12 @@ by default), as the account holds them when the token is issued."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpauth import jwt
-from mcpauth.errors import InvalidDPoPProof
+from mcpauth.errors import InvalidDPoPProof, OAuthError
 from mcpauth.oauth import IDENTITY_SCOPES, format_scope
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
@@ -17,6 +18,10 @@ from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Connection, Record, Session
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens import openid
+
+if TYPE_CHECKING:
+    from mcpauth.server.authorization.resources import Resources
+    from mcpauth.server.tokens.services import TokenServices
 
 # the claims about a person a resource may ask its access tokens to carry
 PERSON_CLAIMS = ("email", "email_verified", "name", "groups")
@@ -31,6 +36,22 @@ class Issuance:
     refresh_token: str | None = None
     issued_token_type: str | None = None  # RFC 8693 §2.2.1, for token exchange
     id_token: dict[str, Any] | None = None  # its claims; signed with the access token
+
+    @classmethod
+    def of(
+        cls,
+        claims: dict[str, Any],
+        scopes: list[str],
+        *,
+        jkt: str | None,
+        issued_token_type: str | None = None,
+    ) -> Issuance:
+        """What a grant hands out, its access token bound to the DPoP key ``jkt`` the request
+        proved, if any."""
+        issuance = cls(claims, scopes, issued_token_type=issued_token_type)
+        if jkt is not None:
+            issuance.bind(jkt)
+        return issuance
 
     def bind(self, jkt: str) -> None:
         """Bind the access token to a DPoP key (RFC 9449 §6.1: ``cnf.jkt``)."""
@@ -154,14 +175,18 @@ def person_claims(
 
 def for_grant(
     settings: Settings,
+    conn: Connection,
     grant: Record,
     scopes: list[str],
     now: int,
-    person: dict[str, Any] | None = None,
+    *,
+    resource: Resource | None,
+    jkt: str | None,
 ) -> Issuance:
     """An access token for a user's grant (its user, client and resource), with the claims
-    about the person its resource asks for (:func:`person_claims`). The OpenID scopes stay
-    out of the token's ``scope``: they are about the client, not the resource that reads it."""
+    about the person its ``resource`` asks for (:func:`person_claims`), bound to the DPoP key
+    ``jkt`` the request proved, if any. The OpenID scopes stay out of the token's ``scope``:
+    they are about the client, not the resource that reads it."""
     claims = access_token_claims(
         settings,
         subject=grant.user_id,
@@ -170,9 +195,65 @@ def for_grant(
         scopes=[s for s in scopes if s not in IDENTITY_SCOPES],
         now=now,
         grant_id=grant.id,
-        extra=person,
+        extra=person_claims(conn, resource, grant.user_id),
     )
-    return Issuance(claims, scopes)
+    return Issuance.of(claims, scopes, jkt=jkt)
+
+
+def for_client(
+    settings: Settings,
+    client_id: str,
+    resource: str,
+    scopes: list[str],
+    now: int,
+    *,
+    gty: str,
+    jkt: str | None,
+) -> Issuance:
+    """An access token for the client itself: its ``sub`` is the client and ``gty`` names the
+    grant that made it a machine's token (docs/security.md T22); bound to the DPoP key ``jkt``
+    the request proved, if any."""
+    claims = access_token_claims(
+        settings,
+        subject=client_id,
+        client_id=client_id,
+        resource=resource,
+        scopes=scopes,
+        now=now,
+        extra={"gty": gty},
+    )
+    return Issuance.of(claims, list(scopes), jkt=jkt)
+
+
+# a single-use credential's redemption: (ctx, conn, client, form, now, jkt, resources)
+Redemption = Callable[
+    ["TokenServices", Connection, Client, dict[str, str], int, "str | None", "Resources"],
+    "Issuance | OAuthError",
+]
+
+
+def in_one_transaction(
+    ctx: TokenServices,
+    redeem: Redemption,
+    client: Client,
+    form: dict[str, str],
+    jkt: str | None,
+) -> Issuance:
+    """Run a single-use credential's ``redeem`` (an authorization code's, a refresh token's)
+    in one database transaction that commits whatever it decides: a refusal it returns, rather
+    than raises, keeps what it wrote (the credential consumed, a replayed grant revoked) and is
+    raised once that is committed.
+
+    Raises:
+        OAuthError: the refusal ``redeem`` returned.
+    """
+    now = ctx.now()
+    resources = ctx.resources.current()
+    with ctx.db.transaction() as conn:
+        outcome = redeem(ctx, conn, client, form, now, jkt, resources)
+    if isinstance(outcome, OAuthError):
+        raise outcome
+    return outcome
 
 
 def add_refresh_token(

@@ -4,20 +4,19 @@ unknown or belong to another client are answered 200 all the same (RFC 7009 §2.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidRequest, OAuthError
-from mcpauth.server.clients.authentication import authenticate_request, load_request_client
-from mcpauth.server.clients.directory import Loaded
+from mcpauth.server.clients.authentication import authenticated_answer
 from mcpauth.server.crypto import digest
-from mcpauth.server.http_io import NO_STORE, client_ip, error_response, form_params, json_response
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Database
 from mcpauth.server.storage.models import Client
-from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.services import TokenServices, token_services
 
 
@@ -44,34 +43,18 @@ def _revoke_access_token(ctx: TokenServices, client: Client, token: str) -> None
         grant_store.revoke_access_token(session, claims["jti"], int(claims["exp"]))
 
 
-def _handle(
-    ctx: TokenServices,
-    form: dict[str, str],
-    authorization: str | None,
-    address: str,
-    loaded: Loaded,
-) -> None:
-    client = authenticate_request(
-        ctx, form, authorization, address, endpoint="revoke", loaded=loaded
-    )
+def _revoke(ctx: TokenServices, client: Client, form: dict[str, str]) -> dict[str, Any]:
     token = form.get("token")
     if not token:
         raise InvalidRequest("token is required")
     hint = form.get("token_type_hint")
     audit("token.revoked", client_id=client.client_id, hint=hint)
     if hint != "access_token" and _revoke_refresh_token(ctx.db, ctx.now(), client, token):
-        return
+        return {}
     if token.count(".") == 2:
         _revoke_access_token(ctx, client, token)
+    return {}
 
 
 async def revoke(request: Request) -> Response:
-    ctx = token_services(request)
-    try:
-        form = await form_params(request, ctx.settings.max_body_bytes)
-        authorization, address = request.headers.get("authorization"), client_ip(request)
-        loaded = await load_request_client(ctx, form, authorization, address)
-        await run_blocking(_handle, ctx, form, authorization, address, loaded)
-    except OAuthError as error:
-        return error_response(error)
-    return json_response({}, headers=NO_STORE)
+    return await authenticated_answer(token_services(request), request, "revoke", _revoke)

@@ -19,7 +19,7 @@ from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
     for_grant,
-    person_claims,
+    in_one_transaction,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -80,8 +80,8 @@ def _redeem(
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
     scopes = parse_scope(code.scope)
-    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
-    issuance = for_grant(ctx.settings, grant, scopes, now, person)
+    resource = resources.by_uri.get(grant.resource)
+    issuance = for_grant(ctx.settings, conn, grant, scopes, now, resource=resource, jkt=jkt)
     if OPENID in scopes:  # OpenID Connect Core §3.1.3.3: the ID token comes with the code's tokens
         issuance.id_token = openid.id_token_claims(
             ctx.settings,
@@ -92,8 +92,6 @@ def _redeem(
             now=now,
             person=openid.person_claims(conn, grant.user_id, scopes),
         )
-    if jkt is not None:
-        issuance.bind(jkt)
     if "refresh_token" in client.grant_types or code.offline:
         # RFC 9449 §5: a public client's refresh token is bound to its DPoP key; a
         # confidential client's already needs the client's own credentials
@@ -112,12 +110,6 @@ def exchange(
     Raises:
         OAuthError: invalid_request, invalid_grant or invalid_target.
     """
-    now = ctx.now()
     # The code is consumed (and a replay's revocation committed) even when a binding check
     # fails afterwards: a code presented wrongly once is never good again.
-    resources = ctx.resources.current()
-    with ctx.db.transaction() as conn:
-        outcome = _redeem(ctx, conn, client, form, now, jkt, resources)
-    if isinstance(outcome, OAuthError):
-        raise outcome
-    return outcome
+    return in_one_transaction(ctx, _redeem, client, form, jkt)

@@ -10,7 +10,7 @@ from mcpauth.errors import UnauthorizedClient
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.storage.models import Client, Resource
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.issuance import Issuance, for_client, require_proof
 from mcpauth.server.tokens.services import TokenServices
 
 GRANT = "client_credentials"
@@ -86,16 +86,12 @@ def issue(
         raise UnauthorizedClient("client_credentials needs a confidential client")
     resources = resources or ctx.resources.current()
     decision = _decide(client, resources, form.get("scope"), form.get("resource"), jkt)
-    claims = access_token_claims(
+    return for_client(
         ctx.settings,
-        subject=client.client_id,
-        client_id=client.client_id,
-        resource=decision.resource.uri,
-        scopes=decision.scopes,
-        now=ctx.now(),
-        extra={"gty": GRANT},
+        client.client_id,
+        decision.resource.uri,
+        decision.scopes,
+        ctx.now(),
+        gty=GRANT,
+        jkt=jkt,
     )
-    issuance = Issuance(claims, list(decision.scopes))
-    if jkt is not None:
-        issuance.bind(jkt)
-    return issuance

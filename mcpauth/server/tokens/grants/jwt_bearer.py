@@ -147,7 +147,7 @@ def issue(
         raise InvalidRequest("assertion is required")
     typ = str(jwt.unverified_header(assertion).get("typ", "")).lower()
     if typ != ID_JAG_TYPE and workload.is_workload_token(ctx.settings, assertion):
-        return workload.issue(ctx, client, form, jkt=jkt)
+        return workload.issue(ctx, client, assertion, form, jkt=jkt)
     claims = _verify(ctx.idps, assertion)
     if client.token_endpoint_auth_method == "none":
         raise UnauthorizedClient("An ID-JAG needs a confidential client; this one is a workload")
@@ -176,7 +176,4 @@ def issue(
         now=now,
         extra=person,
     )
-    issuance = Issuance(token, scopes)
-    if jkt is not None:
-        issuance.bind(jkt)
-    return issuance
+    return Issuance.of(token, scopes, jkt=jkt)

@@ -19,7 +19,7 @@ from mcpauth.server.tokens.issuance import (
     Issuance,
     add_refresh_token,
     for_grant,
-    person_claims,
+    in_one_transaction,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -108,10 +108,8 @@ def _rotate(
     # lost to a concurrent use that rotated it first: this request is then its replay
     if not rotated and not _replayed(conn, client, token, now, grace):
         return _reused(conn, client, grant.id, now)
-    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
-    issuance = for_grant(ctx.settings, grant, scopes, now, person)
-    if jkt is not None:
-        issuance.bind(jkt)
+    resource = resources.by_uri.get(grant.resource)
+    issuance = for_grant(ctx.settings, conn, grant, scopes, now, resource=resource, jkt=jkt)
     # RFC 6749 §6: the new refresh token keeps the original scope (and its DPoP key)
     issuance.refresh_token = add_refresh_token(
         ctx.settings, conn, grant, scope=token.scope, now=now, dpop_jkt=token.dpop_jkt
@@ -127,10 +125,5 @@ def refresh(
     Raises:
         OAuthError: invalid_request, invalid_grant, invalid_scope or invalid_target.
     """
-    now = ctx.now()
-    resources = ctx.resources.current()
-    with ctx.db.transaction() as conn:
-        outcome = _rotate(ctx, conn, client, form, now, jkt, resources)
-    if isinstance(outcome, OAuthError):
-        raise outcome
-    return outcome
+    # a refusal still commits what it wrote: a reused token's grant stays revoked
+    return in_one_transaction(ctx, _rotate, client, form, jkt)

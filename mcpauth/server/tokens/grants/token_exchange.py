@@ -182,7 +182,4 @@ def exchange(
         to_aud=resource.uri,
         scope=format_scope(scopes),
     )
-    issuance = Issuance(claims, scopes, issued_token_type=ACCESS_TOKEN_TYPE)
-    if jkt is not None:
-        issuance.bind(jkt)
-    return issuance
+    return Issuance.of(claims, scopes, jkt=jkt, issued_token_type=ACCESS_TOKEN_TYPE)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from mcpauth import jwt
-from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidToken
+from mcpauth.errors import InvalidGrant, InvalidToken
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings, WorkloadRule
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens.issuance import Issuance, access_token_claims, require_proof
+from mcpauth.server.tokens.issuance import Issuance, for_client, require_proof
 from mcpauth.server.tokens.services import TokenServices
 
 # Tokens of other kinds a platform issuer may also sign: never a workload's identity.
@@ -95,16 +95,19 @@ def _rule(settings: Settings, claims: dict[str, Any], client: Client) -> Workloa
 
 
 def issue(
-    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
+    ctx: TokenServices,
+    client: Client,
+    assertion: str,
+    form: dict[str, str],
+    *,
+    jkt: str | None = None,
 ) -> Issuance:
-    """An access token for the client a verified workload token acts as.
+    """An access token for the client a verified workload token (the jwt-bearer request's
+    ``assertion``, :func:`is_workload_token`) acts as.
 
     Raises:
-        OAuthError: invalid_request, invalid_grant, invalid_target or invalid_scope.
+        OAuthError: invalid_grant, invalid_target or invalid_scope.
     """
-    assertion = form.get("assertion")
-    if not assertion:
-        raise InvalidRequest("assertion is required")
     found = _unverified(assertion)
     if found is None:
         raise InvalidGrant("The workload token is malformed or has no iss and sub")
@@ -120,16 +123,6 @@ def issue(
         issuer=rule.issuer,
         subject=str(claims["sub"]),
     )
-    token = access_token_claims(
-        ctx.settings,
-        subject=client.client_id,
-        client_id=client.client_id,
-        resource=resource.uri,
-        scopes=scopes,
-        now=ctx.now(),
-        extra={"gty": GTY},
+    return for_client(
+        ctx.settings, client.client_id, resource.uri, scopes, ctx.now(), gty=GTY, jkt=jkt
     )
-    issuance = Issuance(token, scopes)
-    if jkt is not None:
-        issuance.bind(jkt)
-    return issuance
