@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, exists, insert, update
+from sqlalchemy import Column, Connection, Table, bindparam, delete, exists, insert, update
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -37,16 +37,20 @@ _REFRESH_TOKEN = Prepared(
     core_select(REFRESH_TOKENS).where(REFRESH_TOKENS.c.digest == bindparam("digest"))
 )
 _GRANT = Prepared(core_select(GRANTS).where(GRANTS.c.id == bindparam("grant_id")))
-_REDEEM = Prepared(
-    update(CODES)
-    .where(CODES.c.digest == bindparam("digest"), CODES.c.redeemed_at.is_(None))
-    .values(redeemed_at=bindparam("now"))
-)
-_ROTATE = Prepared(
-    update(REFRESH_TOKENS)
-    .where(REFRESH_TOKENS.c.digest == bindparam("digest"), REFRESH_TOKENS.c.rotated_at.is_(None))
-    .values(rotated_at=bindparam("now"))
-)
+
+
+def _mark_once(column: Column[Any], key: Column[Any], param: str) -> Prepared:
+    """``UPDATE ... SET column = :now WHERE key = :param AND column IS NULL``: the single-use
+    rule; the row count (1 or 0) says whether this caller is the one that marked the row."""
+    return Prepared(
+        update(column.table)
+        .where(key == bindparam(param), column.is_(None))
+        .values({column.key: bindparam("now")})
+    )
+
+
+_REDEEM = _mark_once(CODES.c.redeemed_at, CODES.c.digest, "digest")
+_ROTATE = _mark_once(REFRESH_TOKENS.c.rotated_at, REFRESH_TOKENS.c.digest, "digest")
 # a live grant's tokens are rotated only by use: revoking it is what rotates the others
 _REPLAY = Prepared(
     update(GRANTS)
@@ -67,18 +71,8 @@ _ADD_REFRESH_TOKEN = Prepared(
 _TOUCH_GRANT = Prepared(
     update(GRANTS).where(GRANTS.c.id == bindparam("grant_id")).values(last_used_at=bindparam("now"))
 )
-_REVOKE_GRANT = Prepared(
-    update(GRANTS)
-    .where(GRANTS.c.id == bindparam("grant_id"), GRANTS.c.revoked_at.is_(None))
-    .values(revoked_at=bindparam("now"))
-)
-_REVOKE_FAMILY = Prepared(
-    update(REFRESH_TOKENS)
-    .where(
-        REFRESH_TOKENS.c.grant_id == bindparam("grant_id"), REFRESH_TOKENS.c.rotated_at.is_(None)
-    )
-    .values(rotated_at=bindparam("now"))
-)
+_REVOKE_GRANT = _mark_once(GRANTS.c.revoked_at, GRANTS.c.id, "grant_id")
+_REVOKE_FAMILY = _mark_once(REFRESH_TOKENS.c.rotated_at, REFRESH_TOKENS.c.grant_id, "grant_id")
 
 
 def code_by_digest(conn: Connection, digest: str) -> Record | None:

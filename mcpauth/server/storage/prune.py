@@ -22,8 +22,9 @@ What is dead:
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,19 +253,25 @@ def _delete_batch(db: Database, rule: Rule, settings: Settings, now: int, found:
     return int(result.rowcount or 0)
 
 
+def _batches(next_keys: Callable[[Key | None], list[Key]]) -> Iterator[list[Key]]:
+    """The batches ``next_keys`` finds, each after the last key of the one before (read once
+    the caller has dealt with it), until one is short or empty; at most MAX_BATCHES."""
+    after: Key | None = None
+    for _ in range(MAX_BATCHES):
+        found = next_keys(after)
+        if not found:
+            return
+        yield found
+        if len(found) < BATCH:
+            return
+        after = found[-1]
+
+
 def _prune_table(db: Database, rule: Rule, settings: Settings, now: int) -> int:
     if rule.parent is not None:
         return _prune_through_parent(db, rule, rule.parent, settings, now)
-    total, after = 0, None
-    for _ in range(MAX_BATCHES):
-        found = _dead_keys(db, rule, settings, now, after)
-        if not found:
-            break
-        total += _delete_batch(db, rule, settings, now, found)
-        if len(found) < BATCH:
-            break
-        after = found[-1]
-    return total
+    dead = _batches(functools.partial(_dead_keys, db, rule, settings, now))
+    return sum(_delete_batch(db, rule, settings, now, found) for found in dead)
 
 
 def _prune_through_parent(
@@ -273,24 +280,13 @@ def _prune_through_parent(
     """Delete ``rule``'s rows batch by batch of their dead parents' rows (each found through
     the index on the referring column; every delete checks ``rule`` again)."""
     keys = list(rule.table.primary_key.columns)
-    total, after_parent = 0, None
-    for _ in range(MAX_BATCHES):
-        parents = _next_keys(db, [parent.key], parent.dead(settings, now), after_parent)
-        if not parents:
-            break
+    total = 0
+    for parents in _batches(
+        functools.partial(_next_keys, db, [parent.key], parent.dead(settings, now))
+    ):
         children = parent.referred_by.in_([p[0] for p in parents])
-        after: Key | None = None
-        for _ in range(MAX_BATCHES):
-            found = _next_keys(db, keys, children, after)
-            if not found:
-                break
-            total += _delete_batch(db, rule, settings, now, found)
-            if len(found) < BATCH:
-                break
-            after = found[-1]
-        if len(parents) < BATCH:
-            break
-        after_parent = parents[-1]
+        found = _batches(functools.partial(_next_keys, db, keys, children))
+        total += sum(_delete_batch(db, rule, settings, now, batch) for batch in found)
     return total
 
 
