@@ -1,37 +1,32 @@
 """Alembic migrations are the only way the schema changes: ``upgrade head`` on an empty
-database yields exactly the models' schema, on SQLite and on PostgreSQL, a database filled at
-the first revision keeps every row (and every credential keeps working) through the upgrade,
-and one policy (``migrate.ensure_schema``) decides when a database behind is upgraded."""
+database yields exactly the models' schema, on SQLite and on PostgreSQL, one policy
+(``migrate.ensure_schema``) decides when a database behind is upgraded, and a database at a
+revision this version does not have (a pre-release's, squashed into ``0001``) is refused with
+a message, never a traceback."""
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 
+from mcpauth.cli import main
 from mcpauth.errors import ConfigurationError
-from mcpauth.server import AdminError, Settings, create_app
+from mcpauth.server import AdminError, Settings
 from mcpauth.server.admin import open_context
-from mcpauth.server.crypto import digest
-from mcpauth.server.identity.passwords import hash_password
 from mcpauth.server.storage import migrate, models
 from mcpauth.server.storage.database import make_engine
 
 from ..conftest import ISSUER, TEST_SECRET
 
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
-RESOURCE = "http://127.0.0.1:8000/mcp"
-CLIENT_ID = "client-from-0001"
-REFRESH_TOKEN = "refresh-token-written-at-revision-0001-" + "x" * 20
+PRE_RELEASE = "0013"  # the newest of the development revisions squashed into 0001
 
 
 @pytest.fixture(params=ENGINES)
@@ -71,7 +66,7 @@ def test_head_is_the_newest_migration() -> None:
 VERSION_ROWS = {
     "no version table": (None, None),
     "no row": ([], None),
-    "an older revision": (["0001"], "0001"),
+    "a pre-release revision": ([PRE_RELEASE], PRE_RELEASE),
     "a revision this version does not know": (["9999"], "9999"),
     "the newest revision": ([migrate.HEAD], migrate.HEAD),
 }
@@ -98,7 +93,7 @@ def test_the_revision_is_read_as_alembic_reads_it(empty_engine: Engine, rows: st
 def test_a_version_table_with_two_rows_is_refused_as_alembic_refuses_it(
     empty_engine: Engine,
 ) -> None:
-    _version_table(empty_engine, ["0001", migrate.HEAD])
+    _version_table(empty_engine, [PRE_RELEASE, migrate.HEAD])
     with pytest.raises(CommandError, match="more than one head"):
         migrate.is_current(empty_engine)
 
@@ -118,7 +113,7 @@ UPGRADED = {
 def test_a_database_behind_is_upgraded_only_where_the_policy_says(
     empty_engine: Engine, upgrades: migrate.Upgrades
 ) -> None:
-    migrate.upgrade(empty_engine, "0001")
+    # behind: no schema yet (0001 is the only revision)
     if UPGRADED[empty_engine.dialect.name, upgrades]:
         migrate.ensure_schema(empty_engine, upgrades=upgrades)
         assert migrate.is_current(empty_engine)
@@ -126,15 +121,15 @@ def test_a_database_behind_is_upgraded_only_where_the_policy_says(
     with pytest.raises(ConfigurationError) as refused:
         migrate.ensure_schema(empty_engine, upgrades=upgrades)
     assert str(refused.value) == (
-        f"the database schema is at revision '0001' but this version needs "
+        f"the database schema is at revision None but this version needs "
         f"{migrate.head_revision()!r}: run `mcpauth db upgrade` first"
     )
-    assert migrate.current_revision(empty_engine) == "0001"
+    assert migrate.current_revision(empty_engine) is None
+    assert not inspect(empty_engine).get_table_names()
 
 
 @pytest.mark.parametrize("upgrade", [True, False])
 def test_the_admin_context_follows_the_same_policy(empty_engine: Engine, upgrade: bool) -> None:
-    migrate.upgrade(empty_engine, "0001")
     url = empty_engine.url.render_as_string(hide_password=False)
     settings = Settings(issuer=ISSUER, database_url=url, secret_key=TEST_SECRET)
     if upgrade and empty_engine.dialect.name == "sqlite":
@@ -143,135 +138,45 @@ def test_the_admin_context_follows_the_same_policy(empty_engine: Engine, upgrade
         return
     with pytest.raises(AdminError, match=r"run `mcpauth db upgrade` first$"):
         open_context(settings, upgrade=upgrade)
-    assert migrate.current_revision(empty_engine) == "0001"
+    assert migrate.current_revision(empty_engine) is None
 
 
-def _fill_at_revision_0001(engine: Engine, now: int) -> dict[str, str]:
-    """One row of each kind a running server depends on, written with plain SQL as a server of
-    revision 0001 would have written them."""
-    ids = {"user": "user-0001", "grant": "grant-0001"}
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO users (id, username, password_hash, created_at) "
-                "VALUES (:id, 'alice', :hash, :now)"
-            ),
-            {"id": ids["user"], "hash": hash_password("correct horse battery"), "now": now},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO clients (client_id, secret_expires_at, client_name, redirect_uris, "
-                "grant_types, response_types, token_endpoint_auth_method, application_type, "
-                "scope, client_metadata, first_party, introspect, source, created_at) VALUES "
-                "(:id, 0, 'Old client', :redirects, :grants, :responses, 'none', 'native', "
-                "'mcp:tools', '{}', false, false, 'dcr', :now)"
-            ),
-            {
-                "id": CLIENT_ID,
-                "redirects": json.dumps(["http://127.0.0.1/callback"]),
-                "grants": json.dumps(["authorization_code", "refresh_token"]),
-                "responses": json.dumps(["code"]),
-                "now": now,
-            },
-        )
-        conn.execute(
-            text(
-                "INSERT INTO resources (uri, name, scopes, default_scopes, is_default, "
-                "created_at) VALUES (:uri, 'Demo', :scopes, :defaults, true, :now)"
-            ),
-            {
-                "uri": RESOURCE,
-                "scopes": json.dumps({"mcp:tools": "Use the tools"}),
-                "defaults": json.dumps(["mcp:tools"]),
-                "now": now,
-            },
-        )
-        conn.execute(
-            text(
-                "INSERT INTO grants (id, user_id, client_id, resource, scope, created_at, "
-                "last_used_at) VALUES (:id, :user, :client, :resource, 'mcp:tools', :now, :now)"
-            ),
-            {
-                "id": ids["grant"],
-                "user": ids["user"],
-                "client": CLIENT_ID,
-                "resource": RESOURCE,
-                "now": now,
-            },
-        )
-        conn.execute(
-            text(
-                "INSERT INTO refresh_tokens (digest, grant_id, client_id, scope, resource, "
-                "created_at, expires_at) VALUES (:digest, :grant, :client, 'mcp:tools', "
-                ":resource, :now, :expires)"
-            ),
-            {
-                "digest": digest(REFRESH_TOKEN),
-                "grant": ids["grant"],
-                "client": CLIENT_ID,
-                "resource": RESOURCE,
-                "now": now,
-                "expires": now + 3600,
-            },
-        )
-    return ids
+UNKNOWN = (
+    f"the database schema is at revision {PRE_RELEASE!r}, which this version does not have: a "
+    "database made by a pre-release of mcpauth (before 0.1.0) must be recreated, one made by a "
+    "newer version needs that version"
+)
 
 
-def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
-    queries = {
-        "users": "SELECT id, username, created_at FROM users",
-        "clients": "SELECT client_id, client_name, redirect_uris, grant_types FROM clients",
-        "resources": "SELECT uri, name, scopes, default_scopes, is_default FROM resources",
-        "grants": "SELECT id, user_id, client_id, resource, scope, revoked_at FROM grants",
-        "refresh_tokens": "SELECT digest, grant_id, expires_at, rotated_at FROM refresh_tokens",
-    }
-    with engine.connect() as conn:
-        return {
-            table: [tuple(row) for row in conn.execute(text(sql))] for table, sql in queries.items()
-        }
-
-
-@pytest.mark.anyio
-async def test_a_database_filled_at_revision_0001_upgrades_to_head_without_losing_data(
-    empty_engine: Engine,
+@pytest.mark.parametrize("upgrades", ["always", "embedded"])
+def test_a_database_of_a_pre_release_is_refused_with_what_to_do(
+    empty_engine: Engine, upgrades: migrate.Upgrades
 ) -> None:
-    migrate.upgrade(empty_engine, "0001")
-    assert migrate.current_revision(empty_engine) == "0001"
-    now = int(time.time())
-    ids = _fill_at_revision_0001(empty_engine, now)
-    before = _rows(empty_engine)
-    assert all(len(rows) == 1 for rows in before.values()), before
-
     migrate.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": PRE_RELEASE})
+    with pytest.raises(ConfigurationError) as refused:
+        migrate.upgrade(empty_engine)
+    assert str(refused.value) == UNKNOWN
+    # a shared database is not upgraded by a start: that refusal says to run `db upgrade`
+    upgraded = upgrades == "always" or empty_engine.dialect.name == "sqlite"
+    expected = "which this version does not have" if upgraded else "run `mcpauth db upgrade` first"
+    with pytest.raises(ConfigurationError, match=expected):
+        migrate.ensure_schema(empty_engine, upgrades=upgrades)
+    assert migrate.current_revision(empty_engine) == PRE_RELEASE
 
-    assert migrate.is_current(empty_engine)
-    assert _rows(empty_engine) == before
-    # the old rows are usable: the refresh token written at 0001 rotates through the server
-    settings = Settings(
-        issuer=ISSUER,
-        database_url=empty_engine.url.render_as_string(hide_password=False),
-        secret_key=TEST_SECRET,
-        refresh_token_reuse_grace=0,  # strict single use: the replay below revokes the grant
-    )
-    app = create_app(settings, engine=empty_engine)
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
-        form = {
-            "grant_type": "refresh_token",
-            "refresh_token": REFRESH_TOKEN,
-            "client_id": CLIENT_ID,
-        }
-        response = await http.post("/token", data=form)
-        assert response.status_code == 200, response.text
-        assert response.json()["scope"] == "mcp:tools"
-        replay = await http.post("/token", data=form)
-        assert replay.status_code == 400
-        assert replay.json()["error"] == "invalid_grant"
-    with empty_engine.connect() as conn:
-        revoked = conn.execute(
-            text("SELECT revoked_at FROM grants WHERE id = :id"), {"id": ids["grant"]}
-        ).scalar()
-    assert revoked is not None
+
+def test_db_upgrade_on_a_pre_release_database_exits_2_with_the_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'pre-release.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": PRE_RELEASE})
+    engine.dispose()
+    assert main(["db", "upgrade", "--database", url]) == 2
+    assert capsys.readouterr().err == f"mcpauth: {UNKNOWN}\n"
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:

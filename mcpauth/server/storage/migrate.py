@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 SCRIPT_LOCATION = "mcpauth.server:migrations"
 # The newest revision in migrations/versions, so that a current database is recognised without
 # loading Alembic and its scripts; tests/server/test_migrations.py checks it is Alembic's head.
-HEAD = "0013"
+# The development revisions were squashed into 0001 before 0.1.0: its schema is theirs.
+HEAD = "0001"
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
@@ -64,10 +65,38 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+def _refuse_unknown(engine: Engine) -> None:
+    """Refuse a database whose revision this version does not ship: one made by a pre-release
+    (its migrations were squashed into ``0001`` for 0.1.0) or by a newer version.
+
+    Raises:
+        ConfigurationError: the database's revision is not one of this version's.
+    """
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    current = current_revision(engine)
+    if current is None:
+        return
+    try:
+        ScriptDirectory.from_config(alembic_config()).get_revision(current)
+    except CommandError:
+        raise ConfigurationError(
+            f"the database schema is at revision {current!r}, which this version does not "
+            f"have: a database made by a pre-release of mcpauth (before 0.1.0) must be "
+            f"recreated, one made by a newer version needs that version"
+        ) from None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the database to ``revision`` (default: the newest)."""
+    """Bring the database to ``revision`` (default: the newest).
+
+    Raises:
+        ConfigurationError: the database is at a revision this version does not have.
+    """
     from alembic import command
 
+    _refuse_unknown(engine)
     config = alembic_config(engine)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     with engine.begin() as conn:
