@@ -160,7 +160,7 @@ async def test_readiness_reports_a_database_behind_its_schema(
 ) -> None:
     assert (await http.get("/health/ready")).json() == {"status": "ready"}
     with app.state.mcpauth.db.engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+        conn.execute(text("DELETE FROM alembic_version"))  # as if never migrated
     response = await http.get("/health/ready")
     assert response.status_code == 503
     assert "schema" in response.json()["reason"]

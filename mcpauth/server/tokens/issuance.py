@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mcpauth import jwt
-from mcpauth.errors import InvalidDPoPProof, OAuthError
+from mcpauth.errors import InvalidDPoPProof, InvalidGrant, OAuthError
 from mcpauth.oauth import IDENTITY_SCOPES, format_scope
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Connection, Record, Session
 from mcpauth.server.storage.models import Client, Resource
@@ -223,6 +224,19 @@ def for_client(
         extra={"gty": gty},
     )
     return Issuance.of(claims, list(scopes), jkt=jkt)
+
+
+def replayed(
+    conn: Connection, client: Client, grant_id: str, now: int, *, kind: str
+) -> InvalidGrant:
+    """A single-use credential of ``grant_id`` (``kind``: ``authorization_code``,
+    ``refresh_token``) came back (OAuth 2.1 §4.1.3, §4.3.1): the whole grant is revoked and
+    the replay audited; the refusal to return.
+    """
+    grant_store.revoke_grant(conn, grant_id, now)
+    audit("replay.detected", kind=kind, client_id=client.client_id, grant_id=grant_id)
+    what = kind.replace("_", " ")
+    return InvalidGrant(f"The {what} was already used; its grant is revoked")
 
 
 # a single-use credential's redemption: (ctx, conn, client, form, now, jkt, resources)

@@ -10,7 +10,6 @@ from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
-from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Record
 from mcpauth.server.storage.models import Client
@@ -20,6 +19,7 @@ from mcpauth.server.tokens.issuance import (
     add_refresh_token,
     for_grant,
     in_one_transaction,
+    replayed,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -62,14 +62,7 @@ def _redeem(
     except OAuthError as error:
         return error  # before the code is redeemed: the retry with a proof may use it
     if code.redeemed_at is not None or not grant_store.redeem_code(conn, code.digest, now):
-        grant_store.revoke_grant(conn, code.grant_id, now)  # replay: the whole grant dies
-        audit(
-            "replay.detected",
-            kind="authorization_code",
-            client_id=client.client_id,
-            grant_id=code.grant_id,
-        )
-        return InvalidGrant("The authorization code was already used; its grant is revoked")
+        return replayed(conn, client, code.grant_id, now, kind="authorization_code")
     if code.expires_at <= now:
         return InvalidGrant("The authorization code has expired")
     try:

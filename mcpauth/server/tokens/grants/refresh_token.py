@@ -20,6 +20,7 @@ from mcpauth.server.tokens.issuance import (
     add_refresh_token,
     for_grant,
     in_one_transaction,
+    replayed,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -36,9 +37,7 @@ def _requested(form: dict[str, str], token: Record, resource: Resource | None) -
 
 def _reused(conn: Connection, client: Client, grant_id: str, now: int) -> OAuthError:
     """A rotated token came back past its grace (OAuth 2.1 §4.3.1): the whole grant is revoked."""
-    grant_store.revoke_grant(conn, grant_id, now)
-    audit("replay.detected", kind="refresh_token", client_id=client.client_id, grant_id=grant_id)
-    return InvalidGrant("The refresh token was already used; its grant is revoked")
+    return replayed(conn, client, grant_id, now, kind="refresh_token")
 
 
 def _replayed(conn: Connection, client: Client, token: Record, now: int, grace: int) -> bool:
