@@ -8,6 +8,9 @@ from typing import Any
 from mcpauth.cli._shared import record_group, run_record_action
 
 COMMANDS = ("resources",)  # the commands add_parser adds
+# tokens.issuance.PERSON_CLAIMS, which building the parser must not import (the server); a test
+# keeps the two equal
+CLAIMS = ("email", "email_verified", "name", "groups")
 
 
 def add_parser(sub: Any) -> None:
@@ -32,7 +35,7 @@ def add_parser(sub: Any) -> None:
             "--claim",
             action="append",
             default=[],
-            choices=("email", "email_verified", "name", "groups"),
+            choices=CLAIMS,
             help="a claim about the person its access tokens carry (repeatable; none by default)",
         )
 

@@ -22,11 +22,13 @@ from starlette.applications import Starlette
 
 from mcpauth import jwt
 from mcpauth.cli import main
+from mcpauth.cli import resources as resources_command
 from mcpauth.oauth import JWT_BEARER, TOKEN_EXCHANGE
 from mcpauth.server import Settings, admin
 from mcpauth.server.config import UpstreamProvider
 from mcpauth.server.identity import accounts, user_apis
 from mcpauth.server.storage.models import UpstreamIdentity
+from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 
 from ..conftest import ISSUER, TEST_SECRET
 from ..oauth import (
@@ -447,6 +449,7 @@ def test_the_claim_flag_round_trips_through_resources_list(
     assert listed == {"https://mcp.example/a": ["email", "groups"], "https://mcp.example/b": []}
     with pytest.raises(SystemExit):  # argparse: not one of the choices
         main(["resources", "add", "https://mcp.example/c", "--claim", "phone", *database])
+    assert resources_command.CLAIMS == PERSON_CLAIMS  # the parser's choices are the server's
     with (
         admin.Admin.open(make_settings()) as direct,
         pytest.raises(admin.AdminError, match="phone"),
