@@ -19,8 +19,9 @@ import orjson
 from mcpauth.caching import wall_clock
 from mcpauth.errors import TemporarilyUnavailable
 
-__all__ = ["MemoryRateCounter", "RateCounter", "RateLimiter", "caller_key"]
+__all__ = ["SERVER_BUSY", "MemoryRateCounter", "RateCounter", "RateLimiter", "caller_key"]
 
+SERVER_BUSY = -32000  # JSON-RPC: an implementation-defined server error
 TOO_MANY = "Too many requests; retry after the time in Retry-After"
 CANNOT_COUNT = "Requests cannot be counted right now; retry shortly"
 

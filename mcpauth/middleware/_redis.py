@@ -1,6 +1,7 @@
 """What the replicas of a resource share on Redis (:class:`~mcpauth.middleware.SharedState`):
-each DPoP proof's single use, the rate counts, and token verdicts. Imported only when a
-middleware is given a shared state (it needs the ``redis`` package, the ``shared-state`` extra).
+each DPoP proof's single use, the rate counts, the tool-call buckets, and token verdicts.
+Imported only when a middleware is given a shared state (it needs the ``redis`` package, the
+``shared-state`` extra).
 
 One client, and so one connection pool, per middleware (a process runs one). Every call is
 bounded by the state's ``timeout`` (connecting, waiting for a free connection and the answer
@@ -10,8 +11,9 @@ together, with no retry), and any failure of Redis is :class:`TemporarilyUnavail
 Keys are ``<prefix>:<resource digest>:<kind>:<name>``, and no key or value holds a token or a
 proof: a proof's key is the digest of its key thumbprint and ``jti``
 (:attr:`~mcpauth.dpop.DPoPProof.replay_key`), a caller's the digest of its issuer, subject and
-client, a verdict's the SHA-256 of the token, and a verdict's value is what the verifier
-returned about the token (:class:`~mcpauth.middleware.VerifiedToken`), not the token.
+client, a bucket's the digest of its user (and tool), a verdict's the SHA-256 of the token, and
+a verdict's value is what the verifier returned about the token
+(:class:`~mcpauth.middleware.VerifiedToken`), not the token.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import hashlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -32,10 +34,16 @@ from redis.exceptions import RedisError
 from mcpauth.caching import wall_clock
 from mcpauth.errors import TemporarilyUnavailable
 from mcpauth.middleware._cache import deadline
-from mcpauth.middleware.options import SharedState
+from mcpauth.middleware.options import Rate, SharedState
 from mcpauth.middleware.verifier import VerifiedToken
 
-__all__ = ["RedisRateCounter", "RedisReplayCache", "RedisState", "RedisVerdicts"]
+__all__ = [
+    "RedisRateCounter",
+    "RedisReplayCache",
+    "RedisState",
+    "RedisTokenBuckets",
+    "RedisVerdicts",
+]
 
 logger = logging.getLogger("mcpauth.middleware")
 T = TypeVar("T")
@@ -53,6 +61,33 @@ if left < 0 then
     left = tonumber(ARGV[1])
 end
 return {count, left}
+"""
+# Token buckets, all or none, on the server's clock (every replica's bucket refills alike):
+# ARGV holds each key's capacity and tokens per millisecond. A bucket is a hash of its tokens
+# and when they were counted, kept until it would be full again (a missing one is full).
+_TAKE = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local levels = {}
+for i, key in ipairs(KEYS) do
+    local capacity = tonumber(ARGV[2 * i - 1])
+    local rate = tonumber(ARGV[2 * i])
+    local kept = redis.call('HMGET', key, 'tokens', 'at')
+    local tokens = capacity
+    if kept[1] then
+        tokens = math.min(capacity, tonumber(kept[1]) + math.max(0, now - tonumber(kept[2])) * rate)
+    end
+    if tokens < 1 then
+        return {i, math.ceil((1 - tokens) / rate)}
+    end
+    levels[i] = tokens - 1
+end
+for i, key in ipairs(KEYS) do
+    local rate = tonumber(ARGV[2 * i])
+    redis.call('HSET', key, 'tokens', tostring(levels[i]), 'at', now)
+    redis.call('PEXPIRE', key, math.ceil((tonumber(ARGV[2 * i - 1]) - levels[i]) / rate) + 1)
+end
+return {0, 0}
 """
 
 
@@ -149,6 +184,32 @@ class RedisRateCounter:
 
         count, left = await self._state.call(run)
         return int(count), int(left) / 1000
+
+
+class RedisTokenBuckets:
+    """Tool-call buckets on Redis (``_token_buckets.TokenBuckets``): read, refilled and taken
+    from in one script on the server's clock, so that every replica takes from the same
+    buckets."""
+
+    def __init__(self, state: RedisState) -> None:
+        self._state = state
+        self._script: Any = None
+
+    async def take(self, buckets: Sequence[tuple[str, Rate]]) -> tuple[int, float] | None:
+        keys = [self._state.key("bucket", key) for key, _ in buckets]
+        args: list[str] = []
+        for _, rate in buckets:
+            args += [str(rate.capacity), repr(rate.refill / 1000)]
+
+        async def run(client: redis.Redis) -> Any:
+            if self._script is None:
+                self._script = client.register_script(_TAKE)
+            return await self._script(keys=keys, args=args, client=client)
+
+        refused, wait = await self._state.call(run)
+        if int(refused) == 0:
+            return None
+        return int(refused) - 1, int(wait) / 1000
 
 
 class RedisVerdicts:

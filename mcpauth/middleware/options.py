@@ -4,7 +4,7 @@ besides :class:`~mcpauth.middleware.ScopePolicy` and :class:`~mcpauth.middleware
 - :class:`ProtectedResource`: this server as its RFC 9728 metadata describes it (its URI, a
   name and documentation for people, the scopes it lists);
 - :class:`Limits`: the bounds on what one request may make the middleware read or keep, and
-  how many requests a caller may make;
+  how many requests a caller may make (and how many tool calls, each a :class:`Rate`);
 - :class:`SharedState`: the Redis server that replicas share what they must agree on (each
   DPoP proof's single use, the rate counts, introspection verdicts).
 """
@@ -12,16 +12,22 @@ besides :class:`~mcpauth.middleware.ScopePolicy` and :class:`~mcpauth.middleware
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from mcpauth.middleware._bearer import DEFAULT_MAX_HEADER_BYTES
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ProtectedResource", "SharedState"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Limits", "ProtectedResource", "Rate", "SharedState"]
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_SHARED_STATE_TIMEOUT = 0.25
+ANY_TOOL = "*"  # Limits.tool_rates: the rate of every tool not named
+_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0}
+_UNITS |= {"h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+_RATE = re.compile(r"([0-9]+)/([0-9]*)([a-z]+)(?::([0-9]+))?")
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,52 @@ class ProtectedResource:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A token bucket: ``calls`` every ``per`` seconds on average, at most ``burst`` of them at
+    once (default ``calls``). The bucket holds ``burst`` tokens and gains ``calls / per`` a
+    second; each call takes one, and a call that finds none is refused until one is back.
+
+    Raises:
+        ValueError: ``calls`` or ``burst`` below 1, or ``per`` not a positive number of seconds.
+    """
+
+    calls: int
+    per: float = 60.0
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.calls < 1 or (self.burst is not None and self.burst < 1):
+            raise ValueError("a rate's calls and burst must be at least 1")
+        if not 0 < self.per < math.inf:
+            raise ValueError("a rate's period must be a positive number of seconds")
+
+    @property
+    def capacity(self) -> int:
+        """The most tokens the bucket holds: the calls that may come at once."""
+        return self.burst if self.burst is not None else self.calls
+
+    @property
+    def refill(self) -> float:
+        """Tokens gained per second."""
+        return self.calls / self.per
+
+    @classmethod
+    def parse(cls, text: str) -> Rate:
+        """``CALLS/[N]UNIT[:BURST]``: ``60/min``, ``10/30s``, ``1000/h:50``, ``5/s:20``; the
+        units are ``s``, ``min`` (or ``m``), ``h`` and ``d`` (and their long names).
+
+        Raises:
+            ValueError: not of that form, or a rate :class:`Rate` refuses.
+        """
+        found = _RATE.fullmatch(text.strip().lower())
+        if found is None or found[3] not in _UNITS:
+            raise ValueError(f"expected a rate such as 60/min or 10/30s:20, got {text!r}")
+        calls, count, unit, burst = found.groups()
+        per = (int(count) if count else 1) * _UNITS[unit]
+        return cls(int(calls), per, int(burst) if burst else None)
+
+
+@dataclass(frozen=True)
 class Limits:
     """What one request may make the middleware read, and how much it remembers.
 
@@ -62,6 +114,14 @@ class Limits:
     ``Retry-After`` until the window ends (``None``, the default: no limit). The counts are
     this process's, or every replica's with :class:`SharedState`.
 
+    ``user_rate``: the ``tools/call`` requests one user (issuer and subject of its token,
+    whatever the client) may make, all tools together; ``tool_rates``: those of one tool by one
+    user, per tool name (``"*"``: every tool not named). Each is a :class:`Rate` (a token
+    bucket); a call over either gets 429 with ``Retry-After`` and a JSON-RPC error naming the
+    limit, and takes no token from the other. ``bucket_table_size``: the buckets this process
+    keeps (the least recently used is dropped past it); with :class:`SharedState` they are in
+    Redis, shared by every replica.
+
     Raises:
         ValueError: a limit below 1, or a window that is not a positive number of seconds.
     """
@@ -72,13 +132,19 @@ class Limits:
     session_table_size: int = 10_000
     rate_limit: int | None = None
     rate_window: float = 60.0
+    user_rate: Rate | None = None
+    tool_rates: Mapping[str, Rate] | None = None
+    bucket_table_size: int = 100_000
 
     def __post_init__(self) -> None:
+        if self.tool_rates is not None:  # a copy: what the caller keeps cannot change it
+            object.__setattr__(self, "tool_rates", MappingProxyType(dict(self.tool_rates)))
         for name in (
             "max_header_bytes",
             "max_body_bytes",
             "token_cache_size",
             "session_table_size",
+            "bucket_table_size",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

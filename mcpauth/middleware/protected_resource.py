@@ -55,8 +55,14 @@ from mcpauth.middleware._bearer import presented_token, require_b64token
 from mcpauth.middleware._cache import remember, token_cache, token_digest
 from mcpauth.middleware._challenge import send_error
 from mcpauth.middleware._http import AsyncClosing
-from mcpauth.middleware._rate_limits import MemoryRateCounter, RateCounter, RateLimiter
+from mcpauth.middleware._rate_limits import (
+    SERVER_BUSY,
+    MemoryRateCounter,
+    RateCounter,
+    RateLimiter,
+)
 from mcpauth.middleware._sessions import SessionBindings
+from mcpauth.middleware._token_buckets import MemoryTokenBuckets, TokenBuckets, ToolLimiter
 from mcpauth.middleware.adapters import verified_from
 from mcpauth.middleware.options import Limits, ProtectedResource, SharedState
 from mcpauth.middleware.policy import MalformedRequest, ScopePolicy, parse_jsonrpc
@@ -67,7 +73,9 @@ from mcpauth.middleware.resource_metadata import (
     resource_metadata,
 )
 from mcpauth.middleware.sender_constraint import DPoP
-from mcpauth.middleware.tool_listing import filtering_send
+from mcpauth.middleware.tool_calls import ToolCalls, visible
+from mcpauth.middleware.tool_listing import Visible, filtering_send
+from mcpauth.middleware.tool_policy import ToolPolicy
 from mcpauth.middleware.verifier import (
     JWTVerifier,
     MultiIssuerVerifier,
@@ -97,7 +105,6 @@ _READ = _STRIPPED | {
     b"access-control-request-method",
 }
 UNAVAILABLE = "The authorization server is unavailable; try again later"
-SERVER_BUSY = -32000  # JSON-RPC: an implementation-defined server error
 
 
 def default_verifier(
@@ -125,8 +132,11 @@ class ProtectedResourceMiddleware(AsyncClosing):
     creates (module docstring). ``dpop`` sets the DPoP rules (:class:`DPoP`), ``limits`` the
     sizes and the rate limit (:class:`Limits`), ``allowed_origins`` the browser origins allowed
     to call (any when ``None``). ``shared_state`` (a :class:`SharedState` or its ``redis://``
-    URL) makes replicas share the DPoP single-use record, the rate counts and, for a verifier
-    other than the JWT one, token verdicts; without it each process keeps its own.
+    URL) makes replicas share the DPoP single-use record, the rate counts and buckets and, for
+    a verifier other than the JWT one, token verdicts; without it each process keeps its own.
+    ``tool_policy`` decides each ``tools/call`` on the caller and the call, and hides in
+    ``tools/list`` the tools it denies (:mod:`mcpauth.middleware.tool_policy`,
+    :class:`CedarPolicy`); ``limits`` may also limit tool calls per user and per tool.
 
     Traces follow the ``OTEL_*`` environment or the application's own OpenTelemetry set-up,
     off when neither asks for them (:mod:`mcpauth.middleware.tracing`).
@@ -155,6 +165,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
         allowed_origins: Iterable[str] | None = None,
         filter_tools: bool = False,
         shared_state: str | SharedState | None = None,
+        tool_policy: ToolPolicy | None = None,
     ) -> None:
         described = ProtectedResource(resource) if isinstance(resource, str) else resource
         self.app = app
@@ -194,13 +205,19 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self._shared: RedisState | None = None
         self._verdicts: RedisVerdicts | None = None
         counter: RateCounter | None = None
+        buckets: TokenBuckets | None = None
         if shared_state is not None:
             config = SharedState(shared_state) if isinstance(shared_state, str) else shared_state
-            self._shared, counter = self._share(config)
+            self._shared, counter, buckets = self._share(config)
         self._rate: RateLimiter | None = None
         if self.limits.rate_limit is not None:
             counter = counter if counter is not None else MemoryRateCounter()
             self._rate = RateLimiter(counter, self.limits.rate_limit, self.limits.rate_window)
+        self._tool_calls = self._decided_calls(tool_policy, buckets)
+        # whether tools/list answers are rewritten; whether the body may decide anything for a
+        # caller the scope policy covers (with tool calls decided, it is read for every POST)
+        self._lists_filtered = filter_tools or tool_policy is not None
+        self._scoped_body = self.policy.reads_body or filter_tools
         self._serve_http: ASGIApp = self._http
         tracer = traces("mcpauth.middleware")
         if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
@@ -214,9 +231,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
                 unprotected=self._unprotected,
             )
 
-    def _share(self, config: SharedState) -> tuple[RedisState, RateCounter]:
-        """Move the DPoP record, the rate counts and (but for the JWT verifiers, which ask no
-        one) the token verdicts to Redis."""
+    def _share(self, config: SharedState) -> tuple[RedisState, RateCounter, TokenBuckets]:
+        """Move the DPoP record, the rate counts and buckets and (but for the JWT verifiers,
+        which ask no one) the token verdicts to Redis."""
         if not isinstance(self.dpop.replay, MemoryReplayCache):
             raise ValueError("give shared_state or a DPoP(replay=...) of your own, not both")
         try:
@@ -229,7 +246,24 @@ class ProtectedResourceMiddleware(AsyncClosing):
         self.dpop = dataclasses.replace(self.dpop, replay=_redis.RedisReplayCache(state))
         if not isinstance(self.verifier, JWTVerifier | MultiIssuerVerifier):
             self._verdicts = _redis.RedisVerdicts(state)
-        return state, _redis.RedisRateCounter(state)
+        return state, _redis.RedisRateCounter(state), _redis.RedisTokenBuckets(state)
+
+    def _decided_calls(
+        self, policy: ToolPolicy | None, buckets: TokenBuckets | None
+    ) -> ToolCalls | None:
+        """The decisions on each ``tools/call``, when a policy or a tool-call limit asks for
+        them (``None``: no request pays for them)."""
+        limits = self.limits
+        limiter = None
+        if limits.user_rate is not None or limits.tool_rates:
+            if buckets is None:
+                buckets = MemoryTokenBuckets(limits.bucket_table_size, clock=self.dpop.clock)
+            limiter = ToolLimiter(buckets, limits.user_rate, limits.tool_rates)
+        if policy is not None and not callable(policy):
+            raise TypeError("tool_policy must be a callable: (ToolCaller, ToolCall) -> decision")
+        if policy is None and limiter is None:
+            return None
+        return ToolCalls(policy, limiter)
 
     async def aclose(self) -> None:
         """Close what the middleware opened (the default verifier's HTTP client, the shared
@@ -306,12 +340,12 @@ class ProtectedResourceMiddleware(AsyncClosing):
         messages: list[dict[str, Any]] = []
         needed = self.policy.required
         # The body is read when a decision depends on it: a per-operation rule, or tools to
-        # hide, that the caller's scopes do not already cover.
+        # hide, that the caller's scopes do not already cover; a tool policy or tool-call limit.
+        tool_calls = self._tool_calls
         if (
-            (self.policy.reads_body or self.filter_tools)
-            and scope.get("method") == "POST"
-            and not self.policy.covers(verified.scopes)
-        ):
+            tool_calls is not None
+            or (self._scoped_body and not self.policy.covers(verified.scopes))
+        ) and scope.get("method") == "POST":
             try:
                 needed, receive, messages = await self._needed_scopes(receive, headers)
             except OAuthError as error:
@@ -322,19 +356,36 @@ class ProtectedResourceMiddleware(AsyncClosing):
             used_dpop = presented[0] == "dpop"
             await self._refuse(send, InsufficientScope(description), needed, used_dpop=used_dpop)
             return
+        if tool_calls is not None and messages:
+            refused = await tool_calls.refusal(verified, messages)
+            if refused is not None:
+                await send_json(send, *refused)
+                return
         scheme, raw = presented  # the token itself, for token exchange only
         send_out = self._session_send(scope, send, verified, session_id)
         if scheme == "dpop" and self.dpop.uses_nonces:
             send_out = _with_headers(send_out, self.dpop.nonce_header())
-        if self.filter_tools and any(m.get("method") == "tools/list" for m in messages):
-            granted = self.policy.effective(verified.scopes)
-            per_tool = self.policy.targets["tools"]
-            send_out = filtering_send(send_out, lambda name: per_tool.get(name, set()) <= granted)
+        if self._lists_filtered and any(m.get("method") == "tools/list" for m in messages):
+            send_out = filtering_send(send_out, self._visible_tools(verified))
         resets = caller.enter(scope, raw)
         try:
             await self.app(scope, receive, send_out)
         finally:
             caller.leave(resets)
+
+    def _visible_tools(self, verified: VerifiedToken) -> Visible:
+        """What ``tools/list`` shows this caller: the tools its scopes cover (``filter_tools``)
+        that the tool policy does not hide."""
+        scoped = None
+        if self.filter_tools:
+            granted = self.policy.effective(verified.scopes)
+            per_tool = self.policy.targets["tools"]
+
+            def scoped(name: str) -> bool:
+                return per_tool.get(name, frozenset()) <= granted
+
+        tool_calls = self._tool_calls
+        return visible(verified, scoped, tool_calls.policy if tool_calls is not None else None)
 
     async def _authenticate(
         self, scope: Scope, presented: tuple[str, str], headers: Headers

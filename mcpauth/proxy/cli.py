@@ -5,6 +5,7 @@ mcpauth proxy --upstream URL --resource URL --authorization-server URL
               [--allowed-origin ORIGIN]...
               [--max-sessions N] [--max-sessions-per-subject N] [--session-idle-timeout S]
               [--rate-limit N [--rate-window S]] [--shared-state URL]
+              [--policy FILE.cedar] [--user-rate-limit RATE] [--tool-rate-limit TOOL=RATE]...
 mcpauth proxy --resource URL --authorization-server URL [...] -- COMMAND [ARG]...
 """
 
@@ -18,10 +19,12 @@ from collections.abc import Sequence
 
 from mcpauth.errors import ConfigurationError
 from mcpauth.middleware import (
+    CedarPolicy,
     DPoP,
     Limits,
     ProtectedResource,
     ProtectedResourceMiddleware,
+    Rate,
     ScopePolicy,
     SharedState,
 )
@@ -47,6 +50,20 @@ def _tool_scope(value: str) -> tuple[str, str]:
     if not sep or not tool or not scope.strip():
         raise argparse.ArgumentTypeError(f"expected TOOL=SCOPE, got {value!r}")
     return tool, scope
+
+
+def _rate(value: str) -> Rate:
+    try:
+        return Rate.parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tool_rate(value: str) -> tuple[str, Rate]:
+    tool, sep, rate = value.rpartition("=")
+    if not sep or not tool:
+        raise argparse.ArgumentTypeError(f"expected TOOL=RATE (search=10/min), got {value!r}")
+    return tool, _rate(rate)
 
 
 def _positive_int(value: str) -> int:
@@ -133,6 +150,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
         help="the window of --rate-limit, from a caller's first request (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
+        "--policy", metavar="FILE.cedar",
+        help="Cedar policies that decide each tools/call and hide the tools they deny in "
+        "tools/list (needs pip install 'mcpauth-kit[policy]')",
+    )  # fmt: skip
+    parser.add_argument(
+        "--groups-claim", default="groups", metavar="CLAIM",
+        help="the token claim with the caller's groups, for --policy (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--user-rate-limit", type=_rate, metavar="RATE",
+        help="tools/call requests one user may make, all tools together: a token bucket such "
+        "as 60/min, 10/30s or 600/h:50 (50 at once); one more gets 429 with Retry-After",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-rate-limit", action="append", default=[], type=_tool_rate, dest="tool_rates",
+        metavar="TOOL=RATE",
+        help="calls of one tool by one user (TOOL * for every tool not named), as "
+        "--user-rate-limit (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
         "--shared-state", metavar="URL",
         help="redis:// or rediss:// URL of the Redis server replicas share the DPoP proof "
         f"record and rate counts through (default: ${SHARED_STATE_ENV}; unset: each process "
@@ -170,8 +207,11 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
 
     Raises:
         ValueError: neither or both of ``--upstream`` and a command, a bad resource URI or
-            shared state URL.
-        ConfigurationError: a shared state without the ``redis`` package.
+            shared state URL, a policy that does not parse (``PolicySyntaxError``: its file,
+            line and column).
+        OSError: the policy file cannot be read.
+        ConfigurationError: a shared state without the ``redis`` package, a policy without
+            the ``cedarpy`` package.
     """
     command = list(args.stdio_command or [])
     if command[:1] == ["--"]:
@@ -209,6 +249,9 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
     shared = None
     if shared_url is not None:
         shared = SharedState(shared_url, timeout=args.shared_state_timeout)
+    policy = None
+    if args.policy:
+        policy = CedarPolicy.from_file(args.policy, groups_claim=args.groups_claim)
     tool_scopes: dict[str, list[str]] = {}
     for tool, scope in args.tool_scopes:
         tool_scopes.setdefault(tool, []).extend(parse_scope(scope))
@@ -221,9 +264,15 @@ def build_proxy_app(args: argparse.Namespace) -> ASGIApp:
         policy=ScopePolicy(required=args.scopes, tools=tool_scopes or None),
         allowed_origins=args.allowed_origins,
         dpop=DPoP(required=args.require_dpop, nonce_key=nonce_key),
-        limits=Limits(rate_limit=args.rate_limit, rate_window=args.rate_window),
+        limits=Limits(
+            rate_limit=args.rate_limit,
+            rate_window=args.rate_window,
+            user_rate=args.user_rate_limit,
+            tool_rates=dict(args.tool_rates) or None,
+        ),
         filter_tools=args.filter_tools,
         shared_state=shared,
+        tool_policy=policy,
     )
     # the middleware's own refusals get the proxy's CORS grant, as the upstream's answers do
     return CORSGrant(middleware, inner) if isinstance(inner, UpstreamProxy) else middleware
@@ -235,7 +284,7 @@ def run_proxy(args: argparse.Namespace) -> int:
 
     try:
         app = build_proxy_app(args)
-    except (ValueError, URIError, ConfigurationError) as exc:
+    except (ValueError, URIError, ConfigurationError, OSError) as exc:
         print(f"mcpauth proxy: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", log_level="info")
