@@ -383,9 +383,10 @@ _RESOURCE_SIDE = [
     "",
     "## Protected resources: `mcpauth proxy` and the middleware",
     "",
-    "Replicas of one resource behind a load balancer share state through Redis only when given",
-    "one (docs/deploy.md, docs/security.md T30); the other proxy options are in",
-    "[api/proxy.md](api/proxy.md), the middleware's in [api/middleware.md](api/middleware.md).",
+    "Replicas of one resource behind a load balancer share state (rate counts, tool-call buckets)",
+    "through Redis only when given one (docs/deploy.md, docs/security.md T30, T44); the other",
+    "proxy options are in [api/proxy.md](api/proxy.md), the middleware's in",
+    "[api/middleware.md](api/middleware.md).",
     "",
     "| `mcpauth proxy` | environment | middleware | default | meaning |",
     "| --- | --- | --- | --- | --- |",
@@ -400,4 +401,15 @@ _RESOURCE_SIDE = [
     "token's issuer, subject and client) in a window; one more gets 429 with `Retry-After`. |",
     "| `--rate-window S` | | `Limits(rate_window=S)` | `60` | The window, from a caller's "
     "first request. |",
+    "| `--user-rate-limit RATE` | | `Limits(user_rate=Rate(...))` | (no limit) | `tools/call` "
+    "requests per user (issuer and subject), all tools together: a token bucket, "
+    "`CALLS/[N]UNIT[:BURST]` (`60/min`, `1000/h:50`); one more gets 429 with `Retry-After` "
+    "and a JSON-RPC error. |",
+    "| `--tool-rate-limit TOOL=RATE` | | `Limits(tool_rates={TOOL: Rate(...)})` | (no limit) | "
+    "Calls of one tool per user (`*` for every tool not named); repeatable. |",
+    "| `--policy FILE.cedar` | | `tool_policy=CedarPolicy.from_file(FILE)` | (none) | Cedar "
+    "policies deciding each `tools/call` and hiding the tools they deny in `tools/list`; "
+    "extra `policy`. A file that does not parse stops start-up with its line and column. |",
+    "| `--groups-claim CLAIM` | | `CedarPolicy(..., groups_claim=CLAIM)` | `groups` | The "
+    "token claim with the caller's groups (`Group::\"<name>\"` parents in the policy). |",
 ]
