@@ -49,6 +49,7 @@ _ACTION = {"type": "Action", "id": "tools/call"}
 _RESERVED = frozenset({"__entity", "__extn", "__expr"})
 _LONG = 2**63
 _LISTING = "{}"  # the context of a tools/list question: no arguments
+ENTITY_CACHE_SIZE = 1024  # principals whose parsed entities are kept (parsing is most of a call)
 # Cedar's lexemes, enough to find where a parse error is (cedarpy does not say)
 _LEXEME = re.compile(
     r"""(?P<space>\s+)
@@ -189,6 +190,7 @@ class CedarPolicy:
         self.source = source
         self.groups_claim = groups_claim
         self._policies = _parse(self._cedar, text, source)
+        self._entities: dict[str, Any] = {}  # the principal as JSON -> cedarpy's parsed handle
 
     @classmethod
     def from_file(
@@ -205,8 +207,9 @@ class CedarPolicy:
         text = Path(path).read_text(encoding="utf-8")
         return cls(text, source=str(path), groups_claim=groups_claim)
 
-    def _principal(self, caller: ToolCaller) -> tuple[dict[str, str], str]:
-        """The principal's uid and the entities (the principal alone) as JSON."""
+    def _principal(self, caller: ToolCaller) -> tuple[dict[str, str], Any]:
+        """The principal's uid and the entities (the principal alone), parsed by cedarpy once
+        for the most recent callers."""
         if caller.subject is not None:
             uid = {"type": "User", "id": caller.subject}
         else:
@@ -222,8 +225,13 @@ class CedarPolicy:
         if self.groups_claim != "groups":
             groups = claimed_groups(caller.claims, self.groups_claim)
         parents = [{"type": "Group", "id": group} for group in sorted(groups)]
-        entity = {"uid": uid, "attrs": attrs, "parents": parents}
-        return uid, orjson.dumps([entity]).decode()
+        entity = orjson.dumps([{"uid": uid, "attrs": attrs, "parents": parents}]).decode()
+        parsed = self._entities.get(entity)
+        if parsed is None:
+            if len(self._entities) >= ENTITY_CACHE_SIZE:
+                del self._entities[next(iter(self._entities))]  # the oldest
+            parsed = self._entities[entity] = self._cedar.Entities.from_json_str(entity)
+        return uid, parsed
 
     def __call__(self, caller: ToolCaller, call: ToolCall) -> ToolDecision:
         """The decision on ``call`` (``arguments=None``: whether ``tools/list`` shows it)."""

@@ -411,5 +411,5 @@ _RESOURCE_SIDE = [
     "policies deciding each `tools/call` and hiding the tools they deny in `tools/list`; "
     "extra `policy`. A file that does not parse stops start-up with its line and column. |",
     "| `--groups-claim CLAIM` | | `CedarPolicy(..., groups_claim=CLAIM)` | `groups` | The "
-    "token claim with the caller's groups (`Group::\"<name>\"` parents in the policy). |",
+    'token claim with the caller\'s groups (`Group::"<name>"` parents in the policy). |',
 ]

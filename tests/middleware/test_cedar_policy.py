@@ -6,6 +6,7 @@ entity; ``tools/list`` hides only a tool denied whatever the arguments."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -208,3 +209,26 @@ def test_without_cedarpy_a_policy_is_a_configuration_error(
     monkeypatch.setitem(sys.modules, "cedarpy", None)  # import cedarpy raises ImportError
     with pytest.raises(ConfigurationError, match=r"mcpauth-kit\[policy\]"):
         mcpauth.middleware.cedar.CedarPolicy("permit(principal, action, resource);")
+
+
+def test_a_middleware_without_a_cedar_policy_never_imports_cedarpy() -> None:
+    code = (
+        "import sys\n"
+        "from mcpauth.middleware import Limits, ProtectedResourceMiddleware, Rate\n"
+        "ProtectedResourceMiddleware(lambda *a: None, resource='https://r.example/mcp',\n"
+        "    authorization_servers=['https://as.example'], limits=Limits(user_rate=Rate(5)),\n"
+        "    tool_policy=lambda caller, call: True)\n"
+        "print('cedarpy' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False"]
+
+
+def test_the_parsed_principals_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcpauth.middleware.cedar, "ENTITY_CACHE_SIZE", 2)
+    policy = CedarPolicy("permit(principal, action, resource);")
+    for subject in ("a", "b", "c", "a"):
+        assert policy(ToolCaller(subject, "app"), ToolCall("t", {})).allowed
+    assert len(policy._entities) == 2
