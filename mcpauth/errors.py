@@ -13,7 +13,7 @@
         ├── UnsupportedGrantType
         ├── UnsupportedResponseType
         ├── InvalidScope
-        ├── AccessDenied
+        ├── AccessDenied              also the device grant's, RFC 8628 §3.5
         ├── ServerError
         ├── TemporarilyUnavailable
         ├── InvalidTarget             RFC 8707 §2
@@ -23,7 +23,10 @@
         ├── InsufficientScope         403, RFC 6750 §3.1
         ├── InvalidDPoPProof          401, RFC 9449 §7.1
         ├── UseDPoPNonce              401 with DPoP-Nonce, RFC 9449 §9
-        └── TooManyRequests           429 with Retry-After
+        ├── TooManyRequests           429 with Retry-After
+        ├── AuthorizationPending      RFC 8628 §3.5: the person has not decided yet
+        ├── SlowDown                  RFC 8628 §3.5: poll less often (5 s more)
+        └── ExpiredToken              RFC 8628 §3.5: the device code expired
 
 Every OAuth error renders itself as the RFC's JSON body (``to_dict``); the HTTP layer of each
 part decides how to send it. That rendering is the one place an ``error_description`` is made
@@ -38,7 +41,9 @@ from mcpauth.oauth import OUTSIDE_ERROR_TEXT
 
 __all__ = [
     "AccessDenied",
+    "AuthorizationPending",
     "ConfigurationError",
+    "ExpiredToken",
     "FetchError",
     "InsufficientScope",
     "InvalidClient",
@@ -54,6 +59,7 @@ __all__ = [
     "OAuthError",
     "PayloadTooLarge",
     "ServerError",
+    "SlowDown",
     "TemporarilyUnavailable",
     "TooManyRequests",
     "UnauthorizedClient",
@@ -170,8 +176,9 @@ class InvalidScope(OAuthError):
 
 
 class AccessDenied(OAuthError):
+    # sent in a redirect (no status of its own there), or by the token endpoint to a device
+    # whose request was denied: 400, as every token error but invalid_client (RFC 6749 §5.2)
     error = "access_denied"
-    status_code = 403
 
 
 class ServerError(OAuthError):
@@ -228,6 +235,24 @@ class TooManyRequests(OAuthError):
     def __init__(self, description: str = "", *, retry_after: int = 1) -> None:
         super().__init__(description, headers={"Retry-After": str(max(1, retry_after))})
         self.retry_after = max(1, retry_after)
+
+
+class AuthorizationPending(OAuthError):
+    """The person has not yet approved or denied the device's request (RFC 8628 §3.5)."""
+
+    error = "authorization_pending"
+
+
+class SlowDown(OAuthError):
+    """The device polls too often: it must wait 5 seconds more from now on (RFC 8628 §3.5)."""
+
+    error = "slow_down"
+
+
+class ExpiredToken(OAuthError):
+    """The device code expired before it was approved (RFC 8628 §3.5)."""
+
+    error = "expired_token"
 
 
 def error_for(body: dict[str, object]) -> OAuthError:

@@ -49,6 +49,7 @@ class AuthorizationServerMetadata(_Document):
     code_challenge_methods_supported: list[str] | None = None
     authorization_response_iss_parameter_supported: bool | None = None  # RFC 9207 §3
     client_id_metadata_document_supported: bool | None = None  # CIMD draft
+    device_authorization_endpoint: str | None = None  # RFC 8628 §4
     # OpenID Connect Discovery 1.0 §3
     userinfo_endpoint: str | None = None
     subject_types_supported: list[str] | None = None

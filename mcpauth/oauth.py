@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote_plus
 __all__ = [
     "AUTH_METHODS",
     "CLIENT_ASSERTION_TYPE",
+    "DEVICE_CODE",
     "IDENTITY_SCOPES",
     "JWT_BEARER",
     "OFFLINE_ACCESS",
@@ -42,6 +43,7 @@ SECRET_METHODS = ("client_secret_basic", "client_secret_post")
 AUTH_METHODS = (*SECRET_METHODS, "private_key_jwt", "none")
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 §2.1
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693 §2.1
+DEVICE_CODE = "urn:ietf:params:oauth:grant-type:device_code"  # RFC 8628 §3.4
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"  # RFC 7523 §2.2
 SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 §3.3
 # RFC 6749 §3.3: scope tokens and the spaces between them, nothing else

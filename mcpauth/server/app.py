@@ -20,8 +20,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mcpauth.caching import wall_clock
 from mcpauth.errors import InvalidRequest, ServerError
 from mcpauth.server import discovery
+from mcpauth.server.authorization import device_authorization
 from mcpauth.server.authorization import endpoint as authorize
-from mcpauth.server.browser import account, account_links, interaction, upstream_login
+from mcpauth.server.browser import account, account_links, interaction, upstream_login, verification
 from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
 from mcpauth.server.browser.sign_in_step import SignInStep
 from mcpauth.server.clients import management, registration
@@ -80,6 +81,10 @@ def _middleware(
         "/authorize": Rate(settings.rate_limit_authorize),
         "/register": Rate(settings.rate_limit_register),
         "/login": Rate(settings.rate_limit_login),
+        # RFC 8628 §5.2: device requests as registrations (each stores a row); code posts as
+        # sign-in posts (each may be a guess)
+        "/device_authorization": Rate(settings.rate_limit_register),
+        "/device": Rate(settings.rate_limit_login),
     }
     stack.append(
         Middleware(
@@ -188,6 +193,16 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         routes.append(
             Route(f"{base}/.well-known/openid-configuration", metadata, methods=["GET", "OPTIONS"])
         )
+    if settings.device_flow:
+        routes += [
+            Route(
+                f"{base}/device_authorization",
+                cors(device_authorization.device_authorization),
+                methods=["POST", "OPTIONS"],
+            ),
+            Route(f"{base}/device", verification.show, methods=["GET"]),
+            Route(f"{base}/device", verification.enter, methods=["POST"]),
+        ]
     if settings.registration_policy != "closed":
         routes.append(
             Route(

@@ -89,6 +89,27 @@ class Settings(BaseModel):
     """Seconds a remembered consent spares the consent page for a client whose identity cannot
     be proven (public, loopback or custom-scheme redirect), and only for the exact redirect
     URI approved; 0 asks every time."""
+    device_flow: bool = True
+    """Offer the device authorization grant (RFC 8628): `/device_authorization`, the `/device`
+    page where a person types the code a device shows, and the device_code grant. A client uses
+    it only when registered for the grant `urn:ietf:params:oauth:grant-type:device_code`."""
+    device_code_ttl: int = Field(default=600, ge=60, le=1800)
+    """Seconds a device authorization (its device code and user code) lives."""
+    device_poll_interval: int = Field(default=5, ge=1, le=60)
+    """The least number of seconds between two polls of the token endpoint by a device
+    (RFC 8628 §3.2 `interval`); polling faster answers `slow_down` and adds 5 seconds."""
+    device_max_pending: int = Field(default=10_000, ge=1)
+    """Pending device authorizations the server keeps at once, all clients together; past it
+    `/device_authorization` answers 503 `temporarily_unavailable` (docs/security.md)."""
+    device_max_pending_per_client: int = Field(default=100, ge=1)
+    """Pending device authorizations one client may have at once; past it 429
+    `too_many_requests`."""
+    device_user_code_failures: int = Field(default=10, ge=1)
+    """Wrong user codes one address may type on `/device` within 15 minutes before it waits (a
+    minute, doubling with each further one, up to an hour)."""
+    device_user_code_failures_total: int = Field(default=300, ge=1)
+    """Wrong user codes all addresses together may type within 15 minutes before `/device`
+    checks no code for a while: the bound on guessing from many addresses."""
     prune_interval: int = Field(default=300, ge=0)
     """Seconds between two runs of the pruner that deletes expired state (0: never in `serve`;
     `mcpauth db prune` does it on demand)."""

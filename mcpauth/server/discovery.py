@@ -11,7 +11,7 @@ from starlette.responses import Response
 from mcpauth import dpop
 from mcpauth.errors import MCPAuthError
 from mcpauth.metadata import AuthorizationServerMetadata
-from mcpauth.oauth import IDENTITY_SCOPES, TOKEN_EXCHANGE
+from mcpauth.oauth import DEVICE_CODE, IDENTITY_SCOPES, TOKEN_EXCHANGE
 from mcpauth.server.clients.assertions import SIGNING_ALGS
 from mcpauth.server.clients.records import AUTH_METHODS
 from mcpauth.server.config import Settings
@@ -44,6 +44,7 @@ def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
         response_types_supported=["code"],
         response_modes_supported=["query"],
         grant_types_supported=GRANT_TYPES
+        + ([DEVICE_CODE] if settings.device_flow else [])
         + ([JWT_BEARER] if settings.trusted_idps or settings.workloads else []),
         token_endpoint_auth_methods_supported=list(AUTH_METHODS),
         token_endpoint_auth_signing_alg_values_supported=list(SIGNING_ALGS),
@@ -54,6 +55,9 @@ def build_metadata(settings: Settings, scopes: list[str]) -> dict[str, Any]:
         code_challenge_methods_supported=["S256"],
         authorization_response_iss_parameter_supported=True,
         client_id_metadata_document_supported=settings.cimd_enabled,
+        device_authorization_endpoint=(  # RFC 8628 §4
+            settings.endpoint_url("device_authorization") if settings.device_flow else None
+        ),
         userinfo_endpoint=settings.endpoint_url("userinfo"),
         subject_types_supported=["public"],
         id_token_signing_alg_values_supported=[settings.signing_alg],

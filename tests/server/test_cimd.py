@@ -454,12 +454,20 @@ def test_sep3149_no_method_in_common_is_refused_as_the_clients_configuration(
 def test_grant_types_this_server_does_not_know_are_ignored(
     resolve: Callable[..., Any], publisher: Publisher
 ) -> None:
-    device = "urn:ietf:params:oauth:grant-type:device_code"  # in VS Code's document
-    publisher.body = document(grant_types=["authorization_code", "refresh_token", device])
+    saml = "urn:ietf:params:oauth:grant-type:saml2-bearer"
+    publisher.body = document(grant_types=["authorization_code", "refresh_token", saml])
     assert resolve().grant_types == ["authorization_code", "refresh_token"]
-    publisher.body = document(grant_types=[device])
+    publisher.body = document(grant_types=[saml])
     with pytest.raises(UnacceptableClientMetadata, match="is not supported"):
         resolve()
+
+
+def test_the_device_grant_in_a_document_is_kept(
+    resolve: Callable[..., Any], publisher: Publisher
+) -> None:
+    device = "urn:ietf:params:oauth:grant-type:device_code"  # in VS Code's document (RFC 8628)
+    publisher.body = document(grant_types=["authorization_code", "refresh_token", device])
+    assert resolve().grant_types == ["authorization_code", "refresh_token", device]
 
 
 @pytest.mark.parametrize(

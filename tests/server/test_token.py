@@ -329,7 +329,9 @@ async def test_no_refresh_token_for_clients_that_did_not_ask_for_one(
             "unsupported_grant_type",
         ),
         ({"grant_type": "implicit"}, "unsupported_grant_type"),
-        ({"grant_type": "urn:ietf:params:oauth:grant-type:device_code"}, "unsupported_grant_type"),
+        ({"grant_type": "urn:ietf:params:oauth:grant-type:saml2-bearer"}, "unsupported_grant_type"),
+        # a grant this server has, that the client did not register for (RFC 8628 §3.4)
+        ({"grant_type": "urn:ietf:params:oauth:grant-type:device_code"}, "unauthorized_client"),
         ({}, "invalid_request"),
     ],
 )

@@ -103,6 +103,10 @@ def same_site_https(url: object, site_host: str | None) -> str | None:
     return url
 
 
+# a self-registered client without redirect URIs: a device grant's client (RFC 8628)
+SELF_REGISTERED_DEVICE = "Registered by itself, to sign in on a device"
+
+
 @dataclass(frozen=True)
 class ClientView:
     """A client as the consent and account pages show it."""
@@ -154,7 +158,7 @@ def client_view(
             client_id,
             shown,
             True,
-            redirect.address or redirect.label,
+            (redirect.address or redirect.label) if redirect_uris else SELF_REGISTERED_DEVICE,
             same_site_https(metadata.get("client_uri"), https_site) if https_site else None,
             same_site_https(metadata.get("logo_uri"), https_site) if https_site else None,
         )

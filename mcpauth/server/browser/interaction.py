@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from mcpauth.errors import AccessDenied, OAuthError
 from mcpauth.oauth import format_scope, parse_scope
-from mcpauth.server.browser import csrf
+from mcpauth.server.browser import csrf, verification
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
 from mcpauth.server.browser.login import expired_form, expired_sign_in, refuse_cross_site
 from mcpauth.server.browser.outcomes import (
@@ -147,7 +147,9 @@ def _consent_page(
     shared = [words for claim, words in _SHARED.items() if claim in claims]
     if "email_verified" in claims and "email" not in claims:
         shared[shared.index(_SHARED["email_verified"])] = "whether your email address is verified"
-    view = client_view_of(client, req.redirect_uri)
+    device = req.device is not None  # no redirect: the person goes back to the device
+    view = client_view_of(client, None if device else req.redirect_uri)
+    redirect = None if device else redirect_view(req.redirect_uri, self_registered=view.unverified)
     new = [s for s in req.scopes if s not in granted]
     return render(
         "consent.html",
@@ -168,8 +170,9 @@ def _consent_page(
         again=bool(granted) and not new,
         offline=req.offline,
         shared=_in_words(shared),
-        redirect=redirect_view(req.redirect_uri, self_registered=view.unverified),  # always shown
-        loopback_only=all_loopback(client.redirect_uris),
+        device=device,
+        redirect=redirect,  # always shown, but for a device
+        loopback_only=not device and all_loopback(client.redirect_uris),
         action=ctx.endpoint_url(f"interaction/{interaction.id}/consent"),
         account_url=ctx.endpoint_url("account"),
         csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, f"consent:{interaction.id}"),
@@ -253,7 +256,8 @@ def _proceed(
         )
     signed_in = browser.user_id is not None and (req.prompt != "login" or req.signed_in_here)
     user_id = browser.user_id or ""
-    if signed_in and not _needs_consent(ctx, req, client, user_id):
+    # RFC 8628 §5.4: a device's request is always confirmed (the person may be phished)
+    if signed_in and req.device is None and not _needs_consent(ctx, req, client, user_id):
         code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
         return code_redirect(ctx.settings.issuer, req, code)
     if req.prompt == "none":  # OpenID Connect Core §3.1.2.1: no page; the error goes back
@@ -353,6 +357,10 @@ def _decide(
         resource=req.resource,
         scope=format_scope(req.scopes),
     )
+    if req.device is not None:
+        return verification.decided(
+            ctx, browser, interaction_id, req, client_view_of(client), action == "approve"
+        )
     if action == "deny":
         with ctx.db.write() as session:
             grant_store.drop_interaction(session, interaction_id)

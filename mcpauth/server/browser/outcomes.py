@@ -34,6 +34,9 @@ class AuthorizationRequest:
     signed_in_here: bool = False  # the user entered the password during this request
     dpop_jkt: str | None = None  # RFC 9449 §10: the code may only be redeemed with this key
     nonce: str | None = None  # OpenID Connect Core §3.1.2.1: echoed in the ID token
+    # RFC 8628: the digest of the device authorization this approves; then there is no
+    # redirect URI, state nor PKCE, and the decision ends in browser.verification
+    device: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

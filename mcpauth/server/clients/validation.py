@@ -12,6 +12,7 @@ from typing import Any
 from mcpauth.errors import InvalidClientMetadata
 from mcpauth.oauth import (
     AUTH_METHODS,
+    DEVICE_CODE,
     JWT_BEARER,
     TOKEN_EXCHANGE,
     MalformedScope,
@@ -28,7 +29,8 @@ from mcpauth.server.operations.size_limits import (
 )
 from mcpauth.uris import MalformedURL, URIError, canonical_resource, is_loopback_host, parse_url
 
-REGISTRABLE_GRANTS = ("authorization_code", "refresh_token")
+# RFC 8628: a device (a command line, a TV) registers for the device grant like any client
+REGISTRABLE_GRANTS = ("authorization_code", "refresh_token", DEVICE_CODE)
 ADMIN_GRANTS = ("client_credentials", JWT_BEARER, TOKEN_EXCHANGE)
 _FORBIDDEN_GRANTS = {
     "implicit": "the implicit grant is removed in OAuth 2.1",
@@ -131,8 +133,10 @@ def _grants(raw: dict[str, Any], admin: bool) -> tuple[list[str], list[str]]:
         raise InvalidClientMetadata(
             "grant_types and response_types disagree: 'authorization_code' goes with 'code'"
         )
-    if "refresh_token" in grants and not code_flow:
-        raise InvalidClientMetadata("grant_types: 'refresh_token' needs 'authorization_code'")
+    if "refresh_token" in grants and not (code_flow or DEVICE_CODE in grants):
+        raise InvalidClientMetadata(
+            "grant_types: 'refresh_token' needs 'authorization_code' or the device grant"
+        )
     return grants, responses
 
 

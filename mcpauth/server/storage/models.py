@@ -263,3 +263,27 @@ class UpstreamLogin(SQLModel, table=True):
     session_digest: str = Field(max_length=64, index=True)
     created_at: int
     expires_at: int = Field(index=True)
+
+
+class DeviceAuthorization(SQLModel, table=True):
+    """A device authorization request (RFC 8628 §3.1): its device code and user code only as
+    digests (the user code's keyed: it has few bits), what was asked for, and how it ends:
+    approved by a person (their grant), denied, or redeemed once at the token endpoint."""
+
+    __tablename__ = "device_authorizations"
+
+    digest: str = Field(primary_key=True, max_length=64)  # of the device code
+    user_code_digest: str = Field(max_length=64, unique=True)
+    client_id: str = Field(max_length=2048, index=True)  # the cap per client
+    resource: str = Field(max_length=2048)
+    scope: str = Field(default="", sa_column=Column(Text, nullable=False))
+    offline: bool = False  # offline_access was asked for and granted
+    created_at: int
+    expires_at: int = Field(index=True)
+    interval: int  # seconds between polls (RFC 8628 §3.5: slow_down adds 5)
+    polled_at: int | None = None
+    status: str = Field(default="pending", max_length=10)  # pending | approved | denied
+    user_id: str | None = Field(default=None, max_length=64)
+    auth_time: int | None = None
+    grant_id: str | None = Field(default=None, max_length=64)
+    redeemed_at: int | None = None

@@ -5,9 +5,9 @@ replicas that race do no double work).
 
 What is dead:
 
-- authorization codes one code lifetime after they expired (a replay inside that margin still
-  revokes its grant); interactions, signed-in browser sessions and pending upstream sign-ins
-  once expired;
+- authorization codes and device authorizations one lifetime after they expired (a replay
+  inside that margin still revokes its grant); interactions, signed-in browser sessions and
+  pending upstream sign-ins once expired;
 - refresh-token families whose grant was revoked or outlived ``refresh_token_ttl`` (reuse
   detection keeps working until then), then those grants;
 - revoked access-token ids and used assertion ids after their expiry;
@@ -51,6 +51,7 @@ from mcpauth.server.storage.models import (
     BrowserSessionRecord,
     Client,
     Consent,
+    DeviceAuthorization,
     Grant,
     Interaction,
     RateCounter,
@@ -92,6 +93,7 @@ CLIENTS = _table(Client)
 USERS = _table(User)
 UPSTREAM_LOGINS = _table(UpstreamLogin)
 UPSTREAM_IDENTITIES = _table(UpstreamIdentity)
+DEVICES = _table(DeviceAuthorization)
 
 
 def _dead_grant(settings: Settings, now: int) -> ColumnElement[bool]:
@@ -175,6 +177,13 @@ RULES = (
     Rule("interactions", INTERACTIONS, lambda s, now: INTERACTIONS.c.expires_at < now),
     Rule("browser_sessions", SESSIONS, lambda s, now: SESSIONS.c.expires_at < now),
     Rule("upstream_logins", UPSTREAM_LOGINS, lambda s, now: UPSTREAM_LOGINS.c.expires_at < now),
+    # kept one lifetime past expiry, as codes are: a late poll hears expired_token, a replay
+    # of a redeemed code still revokes its grant
+    Rule(
+        "device_authorizations",
+        DEVICES,
+        lambda s, now: DEVICES.c.expires_at + s.device_code_ttl < now,
+    ),
     Rule(
         "refresh_tokens",
         REFRESH,

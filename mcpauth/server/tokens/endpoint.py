@@ -39,6 +39,7 @@ from mcpauth.server.threads import run_blocking
 from mcpauth.server.tokens.grants import (
     authorization_code,
     client_credentials,
+    device_code,
     jwt_bearer,
     refresh_token,
     token_exchange,
@@ -53,6 +54,7 @@ GRANTS = {
     "client_credentials": client_credentials.issue,
     jwt_bearer.GRANT: jwt_bearer.issue,
     token_exchange.GRANT: token_exchange.exchange,
+    device_code.GRANT: device_code.poll,
 }
 # A grant's own network I/O, awaited on the event loop before the request's worker thread (and
 # its database work) starts: the trusted issuer's keys of a jwt-bearer assertion. The client's

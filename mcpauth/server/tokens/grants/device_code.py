@@ -1,0 +1,154 @@
+"""The device_code grant (RFC 8628 §3.4, §3.5): a device polls with its device code until the
+person approved or denied its request on the verification page. Polling faster than the
+interval answers ``slow_down`` and adds 5 seconds to it; an approved code is redeemed once,
+decided by the database, and a redeemed code presented again revokes its grant, as a replayed
+authorization code does (docs/security.md T33)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcpauth.errors import (
+    AccessDenied,
+    AuthorizationPending,
+    ExpiredToken,
+    InvalidGrant,
+    InvalidRequest,
+    OAuthError,
+    SlowDown,
+    UnsupportedGrantType,
+)
+from mcpauth.oauth import DEVICE_CODE, parse_scope
+from mcpauth.server.authorization import checks
+from mcpauth.server.authorization.checks import OPENID
+from mcpauth.server.authorization.resources import Resources
+from mcpauth.server.crypto import digest
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import device_authorizations as devices
+from mcpauth.server.storage import grant_store
+from mcpauth.server.storage.database import Connection, Row
+from mcpauth.server.storage.models import Client
+from mcpauth.server.tokens import openid
+from mcpauth.server.tokens.issuance import (
+    Issuance,
+    add_refresh_token,
+    for_grant,
+    person_claims,
+    require_proof,
+)
+from mcpauth.server.tokens.services import TokenServices
+
+GRANT = DEVICE_CODE
+SLOW_DOWN_SECONDS = 5  # RFC 8628 §3.5: added to the interval by each slow_down
+
+
+def _undecided(conn: Connection, row: Row[Any], now: int) -> OAuthError:
+    """What a poll of a live code the person has not approved is told."""
+    if row.status == devices.DENIED:
+        return AccessDenied("The person denied the request")
+    if not devices.poll(conn, row.digest, now, SLOW_DOWN_SECONDS):
+        return SlowDown(
+            f"Polling too fast: wait {row.interval + SLOW_DOWN_SECONDS} seconds between requests"
+        )
+    return AuthorizationPending("The person has not approved the request yet")
+
+
+def _issue(
+    ctx: TokenServices,
+    conn: Connection,
+    client: Client,
+    row: Row[Any],
+    now: int,
+    jkt: str | None,
+    resources: Resources,
+) -> Issuance | OAuthError:
+    """The tokens of the approved request ``row``, redeemed now."""
+    if not devices.redeem(conn, row.digest, now):
+        return _replayed(conn, client, row, now)
+    grant = grant_store.grant_by_id(conn, row.grant_id or "")
+    if grant is None or grant.revoked_at is not None:
+        return InvalidGrant("The grant was revoked")
+    scopes = parse_scope(row.scope)
+    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
+    issuance = for_grant(ctx.settings, grant, scopes, now, person)
+    if OPENID in scopes:
+        issuance.id_token = openid.id_token_claims(
+            ctx.settings,
+            subject=grant.user_id,
+            client_id=client.client_id,
+            auth_time=row.auth_time or now,
+            nonce=None,
+            now=now,
+            person=openid.person_claims(conn, grant.user_id, scopes),
+        )
+    if jkt is not None:
+        issuance.bind(jkt)
+    if "refresh_token" in client.grant_types or row.offline:
+        # RFC 9449 §5: a public client's refresh token is bound to its DPoP key
+        public = client.token_endpoint_auth_method == "none"
+        issuance.refresh_token = add_refresh_token(
+            ctx.settings, conn, grant, scope=row.scope, now=now, dpop_jkt=jkt if public else None
+        )
+    return issuance
+
+
+def _replayed(conn: Connection, client: Client, row: Row[Any], now: int) -> OAuthError:
+    if row.grant_id is not None:
+        grant_store.revoke_grant(conn, row.grant_id, now)  # someone else holds the code
+    audit("replay.detected", kind="device_code", client_id=client.client_id, grant_id=row.grant_id)
+    return InvalidGrant("The device code was already used; its grant is revoked")
+
+
+def _poll(
+    ctx: TokenServices,
+    conn: Connection,
+    client: Client,
+    form: dict[str, str],
+    now: int,
+    jkt: str | None,
+    resources: Resources,
+) -> Issuance | OAuthError:
+    device_code = form.get("device_code")
+    if not device_code:
+        return InvalidRequest("device_code is required")
+    row = devices.by_digest(conn, digest(device_code))
+    if row is None or row.client_id != client.client_id:
+        return InvalidGrant("The device code is invalid")
+    try:
+        checks.check_same_resource(
+            form.get("resource"), row.resource, "resource differs from the device authorization"
+        )
+        # before the code is redeemed: the retry with a proof may use it
+        require_proof(client, resources.by_uri.get(row.resource), jkt)
+    except OAuthError as error:
+        return error
+    if row.redeemed_at is not None:
+        return _replayed(conn, client, row, now)
+    if row.expires_at <= now:
+        return ExpiredToken("The device code has expired: start again on the device")
+    if row.status != devices.APPROVED:
+        return _undecided(conn, row, now)
+    return _issue(ctx, conn, client, row, now, jkt, resources)
+
+
+def poll(
+    ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
+) -> Issuance:
+    """Answer a device's poll: its tokens once the person approved (``jkt``: the DPoP key the
+    request proved, if any).
+
+    Raises:
+        OAuthError: invalid_request, invalid_grant, invalid_target, authorization_pending,
+            slow_down, access_denied, expired_token, or unsupported_grant_type when the
+            operator turned the device flow off.
+    """
+    if not ctx.settings.device_flow:
+        raise UnsupportedGrantType(f"grant_type {GRANT!r} is not supported")
+    now = ctx.now()
+    resources = ctx.resources.current()
+    # the poll's record (and a replay's revocation) is committed even when the answer is an error
+    with ctx.db.transaction() as conn:
+        outcome = _poll(ctx, conn, client, form, now, jkt, resources)
+    if isinstance(outcome, OAuthError):
+        raise outcome
+    return outcome
