@@ -42,6 +42,7 @@ if _typing.TYPE_CHECKING:
     )
     from mcpauth.client.compatibility import ServerCompatibility
     from mcpauth.client.credentials import ClientCredentials
+    from mcpauth.client.device import DeviceAuthorization
     from mcpauth.client.discovery import (
         Discovery,
         ServerSelector,
@@ -63,6 +64,7 @@ if _typing.TYPE_CHECKING:
     from mcpauth.client.options import (
         AuthorizationCodeGrant,
         ClientCredentialsGrant,
+        DeviceCodeGrant,
         Grant,
         JWTBearerGrant,
         Policy,
@@ -86,6 +88,8 @@ __all__ = [
     "ClientCredentials",
     "ClientCredentialsGrant",
     "ClientError",
+    "DeviceAuthorization",
+    "DeviceCodeGrant",
     "Discovery",
     "DiscoveryError",
     "FileStorage",
@@ -128,6 +132,7 @@ _HOMES = {
     "parse_bearer_challenge": "challenge",
     "ServerCompatibility": "compatibility",
     "ClientCredentials": "credentials",
+    "DeviceAuthorization": "device",
     "Discovery": "discovery",
     "ServerSelector": "discovery",
     "IdentityAssertion": "enterprise",
@@ -144,6 +149,7 @@ _HOMES = {
     "UnsafeURL": "errors",
     "AuthorizationCodeGrant": "options",
     "ClientCredentialsGrant": "options",
+    "DeviceCodeGrant": "options",
     "Grant": "options",
     "JWTBearerGrant": "options",
     "Policy": "options",

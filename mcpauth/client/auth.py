@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
+import time
 from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
@@ -23,6 +24,7 @@ import httpx2
 from mcpauth.client._http import HTTPRequest, HTTPResponse
 from mcpauth.client.callback import LoopbackRedirectHandler, RedirectHandler
 from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.device import ShowUserCode, Wait
 from mcpauth.client.flow import (
     Authorize,
     Flow,
@@ -36,6 +38,7 @@ from mcpauth.client.flow import Resend as _Resend
 from mcpauth.client.options import (
     AuthorizationCodeGrant,
     ClientCredentialsGrant,
+    DeviceCodeGrant,
     Grant,
     JWTBearerGrant,
     Policy,
@@ -72,7 +75,13 @@ def _apply(request: AnyRequest, step: _Resend) -> None:
         request.headers["DPoP"] = step.dpop(request.method, str(request.url))
 
 
-_GRANTS = (AuthorizationCodeGrant, ClientCredentialsGrant, JWTBearerGrant, WorkloadIdentityGrant)
+_GRANTS = (
+    AuthorizationCodeGrant,
+    DeviceCodeGrant,
+    ClientCredentialsGrant,
+    JWTBearerGrant,
+    WorkloadIdentityGrant,
+)
 
 
 class OAuth(httpx.Auth, httpx2.Auth):
@@ -89,9 +98,10 @@ class OAuth(httpx.Auth, httpx2.Auth):
             (:class:`MemoryStorage` by default; :class:`FileStorage` survives restarts).
         redirect_handler: takes the user to the authorization endpoint and back
             (a :class:`LoopbackRedirectHandler` on an ephemeral port by default).
-        grant: :class:`AuthorizationCodeGrant` (default), :class:`ClientCredentialsGrant`,
-            :class:`JWTBearerGrant` or :class:`WorkloadIdentityGrant`, each with the scopes to
-            ask for.
+        grant: :class:`AuthorizationCodeGrant` (default), :class:`DeviceCodeGrant` (RFC 8628:
+            the person approves elsewhere, typing the code shown),
+            :class:`ClientCredentialsGrant`, :class:`JWTBearerGrant` or
+            :class:`WorkloadIdentityGrant`, each with the scopes to ask for.
         policy: refresh margin, retries, server choice, clock and DPoP (sender-constrained
             tokens, on whenever a server offers them).
 
@@ -102,7 +112,7 @@ class OAuth(httpx.Auth, httpx2.Auth):
     that should appear under its own name passes a storage of its own.
 
     Raises:
-        TypeError: ``grant`` is not one of the four grants, or ``redirect_handler`` is not a
+        TypeError: ``grant`` is not one of the five grants, or ``redirect_handler`` is not a
             :class:`RedirectHandler` (wrap a function in :class:`CallableRedirectHandler`).
 
     Raises (from requests made with it):
@@ -125,8 +135,9 @@ class OAuth(httpx.Auth, httpx2.Auth):
     ) -> None:
         if grant is not None and not isinstance(grant, _GRANTS):
             raise TypeError(
-                f"OAuth(grant=...) takes AuthorizationCodeGrant, ClientCredentialsGrant, "
-                f"JWTBearerGrant or WorkloadIdentityGrant, not {type(grant).__name__}"
+                f"OAuth(grant=...) takes AuthorizationCodeGrant, DeviceCodeGrant, "
+                f"ClientCredentialsGrant, JWTBearerGrant or WorkloadIdentityGrant, "
+                f"not {type(grant).__name__}"
             )
         if redirect_handler is not None and not isinstance(redirect_handler, RedirectHandler):
             raise TypeError(
@@ -226,10 +237,8 @@ class OAuth(httpx.Auth, httpx2.Auth):
                     response = yield _to_wire(request, step)
                     response.read()
                     result = _from_wire(response, with_body=True)
-                elif isinstance(step, RedirectURI):
-                    result = self.redirect_handler.redirect_uri()
-                elif isinstance(step, Authorize):
-                    result = self.redirect_handler.authorize(step.url)
+                else:
+                    result = self._user_agent_sync(step)
                 step = flow.send(result)
         except StopIteration as stop:
             return stop.value
@@ -281,7 +290,31 @@ class OAuth(httpx.Auth, httpx2.Auth):
             if held:
                 lock.release()
 
-    async def _user_agent(self, step: Any) -> str:
+    def _user_agent_sync(self, step: Any) -> str | None:
+        """The steps that involve the person: the redirect handler's, or the device grant's."""
+        if isinstance(step, RedirectURI):
+            return self.redirect_handler.redirect_uri()
+        if isinstance(step, Authorize):
+            return self.redirect_handler.authorize(step.url)
+        self._device_step(step)
+        return None
+
+    def _device_step(self, step: ShowUserCode | Wait) -> None:
+        """The device grant's steps: the code shown as the grant says (stderr by default), or
+        the wait between two polls."""
+        grant = self.flow.config.grant
+        if isinstance(step, Wait):
+            time.sleep(step.seconds)
+        elif isinstance(grant, DeviceCodeGrant):
+            grant.show(step.authorization)
+
+    async def _user_agent(self, step: Any) -> str | None:
+        if isinstance(step, Wait):
+            await anyio.sleep(step.seconds)
+            return None
+        if isinstance(step, ShowUserCode):
+            self._device_step(step)
+            return None
         handler = self.redirect_handler
         if isinstance(step, RedirectURI):
             return await anyio.to_thread.run_sync(handler.redirect_uri)

@@ -7,7 +7,9 @@ header lines one request needs instead, ``Authorization: DPoP ...`` and ``DPoP: 
 one); a proof is good for one request: call it again for the next. A script reads the lines
 into an array: ``mapfile -t h < <(mcpauth token URL --dpop); curl -H "${h[0]}" -H "${h[1]}"``.
 A workload on a platform that issues it a token (``--workload-token-file``,
-``--workload-token-env``) gets its tokens with the jwt-bearer grant, without a secret. Exit
+``--workload-token-env``) gets its tokens with the jwt-bearer grant, without a secret. With
+``--device`` (RFC 8628) nothing is opened here: the URL and the code go to stderr, the person
+types the code on any device, and the command polls until they decide. Exit
 codes:
 0 success, 1 the token endpoint or server refused, 3 login required, 4 authorization failed or
 was denied, 5 discovery or registration failed, 6 network error.
@@ -39,6 +41,11 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--client-metadata-url", metavar="URL", help="a CIMD client ID URL")
     grants = parser.add_mutually_exclusive_group()
+    grants.add_argument(
+        "--device",
+        action="store_true",
+        help="device flow (RFC 8628): print a URL and a code to approve on any device, then wait",
+    )
     grants.add_argument(
         "--client-credentials",
         action="store_true",
@@ -118,6 +125,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     from mcpauth.client.options import (
         AuthorizationCodeGrant,
         ClientCredentialsGrant,
+        DeviceCodeGrant,
         Policy,
         WorkloadIdentityGrant,
     )
@@ -126,7 +134,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     secret = os.environ.get(args.client_secret_env) if args.client_secret_env else None
     credentials = None if args.client_id is None else ClientCredentials(args.client_id, secret)
     grant: Any = AuthorizationCodeGrant(scopes=args.scope)
-    if args.client_credentials:
+    if args.device:
+        grant = DeviceCodeGrant(scopes=args.scope, timeout=args.timeout)
+    elif args.client_credentials:
         grant = ClientCredentialsGrant(scopes=args.scope)
     elif args.workload_token_file or args.workload_token_env:
         grant = WorkloadIdentityGrant(

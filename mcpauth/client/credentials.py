@@ -27,7 +27,9 @@ class ClientCredentials:
     ``key_id`` as ``kid``, or the key's RFC 7638 thumbprint when ``key_id`` is not set.
     ``issuer`` binds the credentials to one authorization server (MCP 2026-07-28 "Authorization
     Server Binding"): they are refused anywhere else; ``None`` means unbound (bound to the first
-    server that uses them) or portable (a CIMD URL). ``source`` records where they came from.
+    server that uses them) or portable (a CIMD URL). ``source`` records where they came from;
+    ``grant_types``, for a client this library registered, the grants it registered for (empty:
+    not known).
     """
 
     client_id: str
@@ -38,6 +40,7 @@ class ClientCredentials:
     key_id: str | None = None
     issuer: str | None = None
     source: str = "preregistered"  # preregistered | cimd | dcr
+    grant_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.auth_method is None:
@@ -65,6 +68,7 @@ class ClientCredentials:
             "auth_method": self.auth_method,
             "issuer": self.issuer,
             "source": self.source,
+            "grant_types": list(self.grant_types),
         }
 
     @classmethod
@@ -75,6 +79,7 @@ class ClientCredentials:
             auth_method=data.get("auth_method", "none"),
             issuer=data.get("issuer"),
             source=data.get("source", "dcr"),
+            grant_types=tuple(data.get("grant_types") or ()),
         )
 
 

@@ -12,6 +12,10 @@ A flow is a generator of steps. Whoever runs it performs each step and sends bac
 - :class:`RedirectURI`: send back the redirect handler's redirect URI.
 - :class:`Authorize`: send the user to ``step.url``; send back the URL the authorization
   server redirected to.
+- :class:`ShowUserCode`: show the person ``step.authorization`` (the device grant's URL and
+  code: the grant's ``show``); send back ``None``.
+- :class:`Wait`: sleep ``step.seconds`` (the device grant's polling interval); send back
+  ``None``.
 
 :meth:`OAuthFlow.request_flow` authenticates one request; :meth:`OAuthFlow.acquire_flow` gets a
 token without one. Nothing here opens a socket, a file or a browser.
@@ -27,6 +31,12 @@ from mcpauth.client.authorization import build_authorization, parse_callback, se
 from mcpauth.client.challenge import BearerChallenge, parse_bearer_challenge
 from mcpauth.client.compatibility import ServerCompatibility
 from mcpauth.client.credentials import ClientCredentials
+from mcpauth.client.device import (
+    ShowUserCode,
+    Wait,
+    device_authorization_request,
+    device_flow,
+)
 from mcpauth.client.discovery import Discovery, discover
 from mcpauth.client.dpop_state import DPoPState, asks_for_nonce
 from mcpauth.client.enterprise import exchange_for_id_jag
@@ -37,7 +47,9 @@ from mcpauth.client.errors import (
     TokenRequestFailed,
 )
 from mcpauth.client.options import (
+    PERSON_GRANTS,
     AuthorizationCodeGrant,
+    DeviceCodeGrant,
     Grant,
     JWTBearerGrant,
     Policy,
@@ -45,6 +57,8 @@ from mcpauth.client.options import (
 )
 from mcpauth.client.proofs import DPoPKey
 from mcpauth.client.registration import (
+    CODE_GRANTS,
+    DEVICE_GRANTS,
     Registration,
     check_preregistered,
     cimd_credentials,
@@ -84,9 +98,11 @@ __all__ = [
     "OAuthFlow",
     "RedirectURI",
     "Resend",
+    "ShowUserCode",
     "Step",
     "StorageCall",
     "StorageMethod",
+    "Wait",
     "is_step_up",
 ]
 
@@ -178,7 +194,7 @@ class OAuthFlow:
             tokens = yield from self.current_tokens()
             if tokens is not None and not tokens.expires_within(0, self._now()):
                 return tokens
-        if not interactive and isinstance(self.config.grant, AuthorizationCodeGrant):
+        if not interactive and isinstance(self.config.grant, PERSON_GRANTS):
             raise LoginRequired(f"not logged in to {self.server_url}; run `mcpauth login` first")
         yield Lock()
         response = yield _probe(self.server_url)
@@ -210,7 +226,7 @@ class OAuthFlow:
             return None
         if self.tokens.refresh_token:
             return (yield from self._refresh(self.discovery, self.client, self.tokens))
-        if not isinstance(self.config.grant, AuthorizationCodeGrant):
+        if not isinstance(self.config.grant, PERSON_GRANTS):
             return (yield from self._grant(self.discovery, self.client, self._scope_for(None)))
         return None
 
@@ -268,7 +284,7 @@ class OAuthFlow:
             prm.scopes_supported if prm else None,
             previous=self.requested,
             as_scopes=metadata.scopes_supported if metadata else None,
-            offline_access=isinstance(grant, AuthorizationCodeGrant) and grant.offline_access,
+            offline_access=isinstance(grant, PERSON_GRANTS) and grant.offline_access,
         )
         self.requested = [s for s in parse_scope(scope) if s != OFFLINE_ACCESS]
         return scope
@@ -285,21 +301,38 @@ class OAuthFlow:
         stored = self.client
         if stored is None:
             stored = yield from self._store("get_client", issuer)
-        if stored is not None and stored.issuer == issuer:
+        if stored is not None and stored.issuer == issuer and self._fits(stored):
             self.client = stored
             return stored
         if isinstance(self.config.grant, WorkloadIdentityGrant):
             # the platform token is the credential; the server finds the client from it
             self.client = ClientCredentials("", auth_method="none", issuer=issuer)
             return self.client
-        if redirect_uri is None:
+        if isinstance(self.config.grant, DeviceCodeGrant):
+            client = yield from register(
+                metadata, self.config.registration, [], issuer, DEVICE_GRANTS
+            )
+        elif redirect_uri is None:
             raise RegistrationError(
                 f"{self.config.grant.name} needs pre-registered client credentials"
             )
-        client = yield from register(metadata, self.config.registration, [redirect_uri], issuer)
+        else:
+            client = yield from register(
+                metadata, self.config.registration, [redirect_uri], issuer, CODE_GRANTS
+            )
         yield from self._store("set_client", issuer, client)
         self.client = client
         return client
+
+    def _fits(self, stored: ClientCredentials) -> bool:
+        """Whether a client this library registered was registered for the grant it is about
+        to run (one registered for the device grant has no redirect URI; one registered for
+        the code has not the device grant); a client whose grants are not known is taken as
+        the code grant's, as every earlier version registered."""
+        if stored.source != "dcr":
+            return True
+        wanted = DEVICE_GRANTS if isinstance(self.config.grant, DeviceCodeGrant) else CODE_GRANTS
+        return set(wanted[:1]) <= set(stored.grant_types or CODE_GRANTS)
 
     def _grant(
         self,
@@ -315,6 +348,8 @@ class OAuthFlow:
             except ValueError as exc:
                 raise TokenRequestFailed("invalid_request", str(exc)) from exc
             form = jwt_bearer_form(platform_token, resource=discovery.resource, scope=scope)
+        elif isinstance(grant, DeviceCodeGrant):
+            return (yield from self._device(discovery, client, scope, grant))
         elif isinstance(grant, JWTBearerGrant):
             id_jag = yield from exchange_for_id_jag(
                 grant.identity,
@@ -345,6 +380,33 @@ class OAuthFlow:
                 resource=discovery.resource,  # adapted as in the request: see _token_call
             )
         return (yield from self._token_call(discovery, client, form, scope))
+
+    def _device(
+        self, discovery: Discovery, client: ClientCredentials, scope: str | None, grant: Any
+    ) -> Flow:
+        """RFC 8628: the code shown, then polls until the person decides (see
+        :func:`~mcpauth.client.device.device_flow`)."""
+        compatible = self._compatibility(discovery)
+        start = device_authorization_request(
+            discovery.metadata,
+            client,
+            resource=compatible.resource_for(discovery.resource),
+            scope=compatible.scope_out(scope),
+            now=self._now(),
+        )
+
+        def poll(form: dict[str, str]) -> Flow:
+            return self._token_call(discovery, client, form, scope)
+
+        return (
+            yield from device_flow(
+                start,
+                poll,
+                resource=discovery.resource,  # adapted as in the request: see _token_call
+                clock=self._now,
+                timeout=grant.timeout,
+            )
+        )
 
     # -- DPoP --------------------------------------------------------------------------------
 

@@ -3,6 +3,8 @@
 A grant says how a token is obtained and which scopes to ask for:
 
 - :class:`AuthorizationCodeGrant`: a person signs in through a browser (OAuth 2.1 §4.1, PKCE);
+- :class:`DeviceCodeGrant`: a person approves on another device, typing the code this program
+  shows (RFC 8628: no browser or listener needed here);
 - :class:`ClientCredentialsGrant`: a program acts for itself (OAuth 2.1 §4.2; needs
   pre-registered :class:`~mcpauth.client.ClientCredentials`);
 - :class:`JWTBearerGrant`: enterprise-managed authorization, trading the user's assertion from the
@@ -24,10 +26,13 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from mcpauth.client.compatibility import ServerCompatibility
+from mcpauth.client.device import DeviceAuthorization, print_user_code
 from mcpauth.client.discovery import ServerSelector, first_server
 from mcpauth.client.enterprise import IdentityAssertion
 
-GrantName = Literal["authorization_code", "client_credentials", "jwt_bearer", "workload"]
+GrantName = Literal[
+    "authorization_code", "device_code", "client_credentials", "jwt_bearer", "workload"
+]
 
 
 def _scopes(value: Iterable[str]) -> tuple[str, ...]:
@@ -52,6 +57,28 @@ class AuthorizationCodeGrant:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scopes", _scopes(self.scopes))
+
+
+@dataclass(frozen=True)
+class DeviceCodeGrant:
+    """A person approves on another device (RFC 8628): the program shows a URL and a code,
+    the person opens the URL anywhere, types the code, signs in and approves, while the
+    program polls. ``show`` is called with the
+    :class:`~mcpauth.client.device.DeviceAuthorization` to show (default: two lines on
+    stderr); ``timeout`` bounds the wait below the code's own lifetime. ``scopes`` and
+    ``offline_access`` as for :class:`AuthorizationCodeGrant`.
+    """
+
+    name: ClassVar[GrantName] = "device_code"
+    scopes: Sequence[str] = ()
+    offline_access: bool = True
+    show: Callable[[DeviceAuthorization], None] = field(default=print_user_code, repr=False)
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scopes", _scopes(self.scopes))
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("timeout must be positive")
 
 
 @dataclass(frozen=True)
@@ -118,8 +145,15 @@ class WorkloadIdentityGrant:
         return value
 
 
-Grant = AuthorizationCodeGrant | ClientCredentialsGrant | JWTBearerGrant | WorkloadIdentityGrant
-"""Any of the four grants."""
+Grant = (
+    AuthorizationCodeGrant
+    | DeviceCodeGrant
+    | ClientCredentialsGrant
+    | JWTBearerGrant
+    | WorkloadIdentityGrant
+)
+"""Any of the five grants."""
+PERSON_GRANTS = (AuthorizationCodeGrant, DeviceCodeGrant)  # a person must act: never silent
 
 
 @dataclass(frozen=True)

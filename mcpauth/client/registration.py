@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from mcpauth.client._http import HTTPRequest, HTTPResponse, post_json
 from mcpauth.client.credentials import ClientCredentials
 from mcpauth.client.errors import RegistrationError
-from mcpauth.oauth import SECRET_METHODS
+from mcpauth.oauth import DEVICE_CODE, SECRET_METHODS
 from mcpauth.uris import is_loopback_host
 
 if TYPE_CHECKING:  # pydantic is imported when a registration is made (not for a stored token)
@@ -78,12 +78,18 @@ def choose_auth_method(metadata: AuthorizationServerMetadata) -> str:
     return "none"
 
 
+CODE_GRANTS = ("authorization_code", "refresh_token")  # MCP 2026-07-28 "Refresh Tokens"
+DEVICE_GRANTS = (DEVICE_CODE, "refresh_token")  # RFC 8628: no redirect URI, no response type
+
+
 def registration_request(
     metadata: AuthorizationServerMetadata,
     options: Registration,
     redirect_uris: list[str],
+    grant_types: tuple[str, ...] = CODE_GRANTS,
 ) -> HTTPRequest:
-    """The RFC 7591 §3.1 registration request.
+    """The RFC 7591 §3.1 registration request (a device grant's client registers no
+    redirect URI and says it is a native application).
 
     Raises:
         RegistrationError: the server has no registration endpoint.
@@ -98,10 +104,10 @@ def registration_request(
     document = ClientMetadata(
         client_name=options.client_name,
         redirect_uris=redirect_uris,
-        grant_types=["authorization_code", "refresh_token"],  # MCP 2026-07-28 "Refresh Tokens"
-        response_types=["code"],
+        grant_types=list(grant_types),
+        response_types=["code"] if "authorization_code" in grant_types else [],
         token_endpoint_auth_method=choose_auth_method(metadata),
-        application_type=application_type(redirect_uris),
+        application_type=application_type(redirect_uris) if redirect_uris else "native",
         software_id=options.software_id,
         software_version=options.software_version,
         scope=options.scope,
@@ -109,7 +115,9 @@ def registration_request(
     return post_json(metadata.registration_endpoint, document.to_json())
 
 
-def parse_registration_response(response: HTTPResponse, issuer: str) -> ClientCredentials:
+def parse_registration_response(
+    response: HTTPResponse, issuer: str, grant_types: tuple[str, ...] = CODE_GRANTS
+) -> ClientCredentials:
     """Credentials from an RFC 7591 §3.2 response, bound to ``issuer``.
 
     Raises:
@@ -142,6 +150,7 @@ def parse_registration_response(response: HTTPResponse, issuer: str) -> ClientCr
         auth_method=method,
         issuer=issuer,
         source="dcr",
+        grant_types=tuple(info.grant_types or grant_types),
     )
 
 
@@ -150,11 +159,12 @@ def register(
     options: Registration,
     redirect_uris: list[str],
     issuer: str,
+    grant_types: tuple[str, ...] = CODE_GRANTS,
 ) -> Generator[HTTPRequest, HTTPResponse, ClientCredentials]:
     """Dynamic client registration as a generator step.
 
     Raises:
         RegistrationError: no endpoint or the server refused (CL-10: a clear error).
     """
-    response = yield registration_request(metadata, options, redirect_uris)
-    return parse_registration_response(response, issuer)
+    response = yield registration_request(metadata, options, redirect_uris, grant_types)
+    return parse_registration_response(response, issuer, grant_types)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mcpauth.client._http import HTTPRequest
+from mcpauth.client.device import ShowUserCode, Wait
 from mcpauth.client.storage import TokenStorage
 
 StorageMethod = Literal[
@@ -70,5 +71,5 @@ class StorageCall:
         return getattr(self.storage, self.method)(*self.args)
 
 
-Step = HTTPRequest | Resend | Lock | StorageCall | RedirectURI | Authorize
+Step = HTTPRequest | Resend | Lock | StorageCall | RedirectURI | Authorize | ShowUserCode | Wait
 Flow = Generator[Step, Any, Any]
