@@ -1,6 +1,6 @@
 """The device authorization grant (RFC 8628) in process: the endpoint's checks and caps, the
 verification page (CSRF, throttled wrong codes, plain pages for codes that ended), the person's
-sign-in and consent, and the token endpoint's answers while polling (docs/security.md T33)."""
+sign-in and consent, and the token endpoint's answers while polling (docs/security.md T45)."""
 
 from __future__ import annotations
 

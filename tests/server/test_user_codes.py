@@ -1,5 +1,5 @@
 """User codes (RFC 8628 §6.1): drawn from twenty consonants, shown in two groups of four, read
-back leniently, stored under a keyed digest (docs/security.md T33)."""
+back leniently, stored under a keyed digest (docs/security.md T45)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ device and types on the verification page.
 Eight characters from twenty consonants (no vowels, so no words; no look-alikes of digits),
 shown as ``BCDF-GHJK``: 20^8 ≈ 2^34.6 codes, the RFC's own example. A typed code is read
 leniently (case, dashes, spaces and other separators ignored). The entropy alone does not
-resist guessing online; the verification page's throttles do (docs/security.md T33). A code
+resist guessing online; the verification page's throttles do (docs/security.md T45). A code
 is stored only as an HMAC under a key derived from the server secret: a plain digest of so few
 bits would be reversed by trying them all."""
 

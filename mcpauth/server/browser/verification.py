@@ -5,7 +5,7 @@ sign-in and a consent page that names the client, the resource and the scopes. T
 ends it here (:func:`decided`), not in a redirect: the device learns it by polling.
 
 Wrong codes are throttled per address and, to bound guessing from many addresses, for all
-addresses together (RFC 8628 §5.1; docs/security.md T33). A wrong code names no device code,
+addresses together (RFC 8628 §5.1; docs/security.md T45). A wrong code names no device code,
 so there is nothing to lock per device code: a guess that finds a live code is the only
 success, and the two counters bound how many guesses there can be."""
 

@@ -2,7 +2,7 @@
 person approved or denied its request on the verification page. Polling faster than the
 interval answers ``slow_down`` and adds 5 seconds to it; an approved code is redeemed once,
 decided by the database, and a redeemed code presented again revokes its grant, as a replayed
-authorization code does (docs/security.md T33)."""
+authorization code does (docs/security.md T45)."""
 
 from __future__ import annotations
 
