@@ -141,8 +141,8 @@ def _enter(ctx: BrowserServices, browser: BrowserSession, typed: str, address: s
             status=400,
         )
     now = ctx.now()
-    with ctx.db.transaction() as conn:
-        row = devices.by_user_code(conn, user_code_digest(ctx.cookie_secret, code))
+    with ctx.db.read() as session:  # a read: no write lock for a guess
+        row = devices.by_user_code(session, user_code_digest(ctx.cookie_secret, code))
     if row is None:
         _wrong(ctx, address)
         return _page(

@@ -46,7 +46,8 @@ def by_digest(conn: Connection, digest: str) -> Row[Any] | None:
     return conn.execute(select(DEVICES).where(DEVICES.c.digest == digest)).first()
 
 
-def by_user_code(conn: Connection, user_code_digest: str) -> Row[Any] | None:
+def by_user_code(unit: Connection | Session, user_code_digest: str) -> Row[Any] | None:
+    conn = unit.connection() if isinstance(unit, Session) else unit
     return conn.execute(
         select(DEVICES).where(DEVICES.c.user_code_digest == user_code_digest)
     ).first()
