@@ -136,6 +136,15 @@ CEILINGS: dict[str, int | str] = {
     "upstream_logins.provider_id": "operator",
     "upstream_logins.interaction_id": "copy",
     "upstream_logins.session_digest": "digest",
+    # the device grant (RFC 8628): digests, and copies of what /device_authorization checked
+    "device_authorizations.digest": "digest",
+    "device_authorizations.user_code_digest": "digest",  # an HMAC-SHA256, hex
+    "device_authorizations.client_id": "copy",
+    "device_authorizations.resource": "copy",  # a registered resource's uri
+    "device_authorizations.scope": "copy",  # at most MAX_SCOPES of a resource's scopes
+    "device_authorizations.status": len("approved"),  # pending | approved | denied
+    "device_authorizations.user_id": "copy",
+    "device_authorizations.grant_id": "server",
 }
 
 
