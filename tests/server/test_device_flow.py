@@ -509,3 +509,18 @@ async def test_registration_takes_the_device_grant_with_refresh_tokens(
     )
     assert refused.status_code == 400
     assert "device grant" in refused.json()["error_description"]
+
+
+async def test_a_user_code_already_taken_is_drawn_again(
+    http: httpx2.AsyncClient, device_client: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpauth.server.authorization import device_authorization
+
+    draws = iter(["BCDFGHJK", "BCDFGHJK", "CCCCDDDD"])
+    monkeypatch.setattr(device_authorization, "new_user_code", lambda: next(draws))
+    first = await start(http, device_client["client_id"])
+    second = await start(http, device_client["client_id"])
+    assert first.json()["user_code"] == "BCDF-GHJK"
+    assert second.status_code == 200, second.text
+    assert second.json()["user_code"] == "CCCC-DDDD"  # the taken one was not stored twice
+    assert (await enter_code(http, "cccc-dddd")).status_code == 303
