@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof, InvalidGrant, OAuthError
-from mcpauth.oauth import IDENTITY_SCOPES, format_scope
+from mcpauth.oauth import IDENTITY_SCOPES, format_scope, parse_scope
+from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
 from mcpauth.server.operations.logs import audit
@@ -199,6 +200,45 @@ def for_grant(
         extra=person_claims(conn, resource, grant.user_id),
     )
     return Issuance.of(claims, scopes, jkt=jkt)
+
+
+def for_person(
+    settings: Settings,
+    conn: Connection,
+    client: Client,
+    grant: Record,
+    scope: str,
+    now: int,
+    *,
+    resource: Resource | None,
+    jkt: str | None,
+    auth_time: int,
+    nonce: str | None,
+    offline: bool,
+) -> Issuance:
+    """What a person's grant hands out when the code that carries its approval is redeemed (an
+    authorization code, an approved device code): the access token (:func:`for_grant`), an ID
+    token when ``openid`` was granted (OpenID Connect Core §3.1.3.3), and a refresh token when
+    the client may refresh or ``offline`` access was granted, bound to the DPoP key of a public
+    client (RFC 9449 §5: a confidential client's already needs its own credentials)."""
+    scopes = parse_scope(scope)
+    issuance = for_grant(settings, conn, grant, scopes, now, resource=resource, jkt=jkt)
+    if OPENID in scopes:
+        issuance.id_token = openid.id_token_claims(
+            settings,
+            subject=grant.user_id,
+            client_id=client.client_id,
+            auth_time=auth_time,
+            nonce=nonce,
+            now=now,
+            person=openid.person_claims(conn, grant.user_id, scopes),
+        )
+    if "refresh_token" in client.grant_types or offline:
+        public = client.token_endpoint_auth_method == "none"
+        issuance.refresh_token = add_refresh_token(
+            settings, conn, grant, scope=scope, now=now, dpop_jkt=jkt if public else None
+        )
+    return issuance
 
 
 def for_client(

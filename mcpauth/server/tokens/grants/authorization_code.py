@@ -5,19 +5,16 @@ T1); the code is bound to client, redirect URI, PKCE challenge and resource."""
 from __future__ import annotations
 
 from mcpauth.errors import InvalidGrant, InvalidRequest, OAuthError
-from mcpauth.oauth import parse_scope, same_secret
+from mcpauth.oauth import same_secret
 from mcpauth.server.authorization import checks
-from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Record
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens import openid
 from mcpauth.server.tokens.issuance import (
     Issuance,
-    add_refresh_token,
-    for_grant,
+    for_person,
     in_one_transaction,
     replayed,
     require_proof,
@@ -72,27 +69,19 @@ def _redeem(
     grant = grant_store.grant_by_id(conn, code.grant_id)
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    scopes = parse_scope(code.scope)
-    resource = resources.by_uri.get(grant.resource)
-    issuance = for_grant(ctx.settings, conn, grant, scopes, now, resource=resource, jkt=jkt)
-    if OPENID in scopes:  # OpenID Connect Core §3.1.3.3: the ID token comes with the code's tokens
-        issuance.id_token = openid.id_token_claims(
-            ctx.settings,
-            subject=grant.user_id,
-            client_id=client.client_id,
-            auth_time=code.auth_time,
-            nonce=code.nonce,
-            now=now,
-            person=openid.person_claims(conn, grant.user_id, scopes),
-        )
-    if "refresh_token" in client.grant_types or code.offline:
-        # RFC 9449 §5: a public client's refresh token is bound to its DPoP key; a
-        # confidential client's already needs the client's own credentials
-        public = client.token_endpoint_auth_method == "none"
-        issuance.refresh_token = add_refresh_token(
-            ctx.settings, conn, grant, scope=code.scope, now=now, dpop_jkt=jkt if public else None
-        )
-    return issuance
+    return for_person(
+        ctx.settings,
+        conn,
+        client,
+        grant,
+        code.scope,
+        now,
+        resource=resources.by_uri.get(grant.resource),
+        jkt=jkt,
+        auth_time=code.auth_time,
+        nonce=code.nonce,
+        offline=code.offline,
+    )
 
 
 def exchange(

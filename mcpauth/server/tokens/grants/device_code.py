@@ -18,9 +18,8 @@ from mcpauth.errors import (
     SlowDown,
     UnsupportedGrantType,
 )
-from mcpauth.oauth import DEVICE_CODE, parse_scope
+from mcpauth.oauth import DEVICE_CODE
 from mcpauth.server.authorization import checks
-from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
 from mcpauth.server.operations.logs import audit
@@ -28,12 +27,9 @@ from mcpauth.server.storage import device_authorizations as devices
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
 from mcpauth.server.storage.models import Client
-from mcpauth.server.tokens import openid
 from mcpauth.server.tokens.issuance import (
     Issuance,
-    add_refresh_token,
-    for_grant,
-    person_claims,
+    for_person,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -68,28 +64,19 @@ def _issue(
     grant = grant_store.grant_by_id(conn, row.grant_id or "")
     if grant is None or grant.revoked_at is not None:
         return InvalidGrant("The grant was revoked")
-    scopes = parse_scope(row.scope)
-    person = person_claims(conn, resources.by_uri.get(grant.resource), grant.user_id)
-    issuance = for_grant(ctx.settings, grant, scopes, now, person)
-    if OPENID in scopes:
-        issuance.id_token = openid.id_token_claims(
-            ctx.settings,
-            subject=grant.user_id,
-            client_id=client.client_id,
-            auth_time=row.auth_time or now,
-            nonce=None,
-            now=now,
-            person=openid.person_claims(conn, grant.user_id, scopes),
-        )
-    if jkt is not None:
-        issuance.bind(jkt)
-    if "refresh_token" in client.grant_types or row.offline:
-        # RFC 9449 §5: a public client's refresh token is bound to its DPoP key
-        public = client.token_endpoint_auth_method == "none"
-        issuance.refresh_token = add_refresh_token(
-            ctx.settings, conn, grant, scope=row.scope, now=now, dpop_jkt=jkt if public else None
-        )
-    return issuance
+    return for_person(
+        ctx.settings,
+        conn,
+        client,
+        grant,
+        row.scope,
+        now,
+        resource=resources.by_uri.get(grant.resource),
+        jkt=jkt,
+        auth_time=row.auth_time or now,
+        nonce=None,
+        offline=bool(row.offline),
+    )
 
 
 def _replayed(conn: Connection, client: Client, row: Row[Any], now: int) -> OAuthError:
