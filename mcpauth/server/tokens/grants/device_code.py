@@ -22,7 +22,6 @@ from mcpauth.oauth import DEVICE_CODE
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
-from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import device_authorizations as devices
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Row
@@ -30,6 +29,8 @@ from mcpauth.server.storage.models import Client
 from mcpauth.server.tokens.issuance import (
     Issuance,
     for_person,
+    in_one_transaction,
+    replayed,
     require_proof,
 )
 from mcpauth.server.tokens.services import TokenServices
@@ -80,10 +81,9 @@ def _issue(
 
 
 def _replayed(conn: Connection, client: Client, row: Row[Any], now: int) -> OAuthError:
-    if row.grant_id is not None:
-        grant_store.revoke_grant(conn, row.grant_id, now)  # someone else holds the code
-    audit("replay.detected", kind="device_code", client_id=client.client_id, grant_id=row.grant_id)
-    return InvalidGrant("The device code was already used; its grant is revoked")
+    """A redeemed code came back: someone else holds it. Only an approved code is redeemed, so
+    it names its grant, which is revoked."""
+    return replayed(conn, client, row.grant_id or "", now, kind="device_code")
 
 
 def _poll(
@@ -131,11 +131,5 @@ def poll(
     """
     if not ctx.settings.device_flow:
         raise UnsupportedGrantType(f"grant_type {GRANT!r} is not supported")
-    now = ctx.now()
-    resources = ctx.resources.current()
     # the poll's record (and a replay's revocation) is committed even when the answer is an error
-    with ctx.db.transaction() as conn:
-        outcome = _poll(ctx, conn, client, form, now, jkt, resources)
-    if isinstance(outcome, OAuthError):
-        raise outcome
-    return outcome
+    return in_one_transaction(ctx, _poll, client, form, jkt)
