@@ -100,3 +100,35 @@ def test_a_utf8_password_on_stdin_still_adds_the_user(
     monkeypatch.setattr("sys.stdin", stdin)
     assert main(["users", "add", "alice", "--password-stdin", *database]) == 0
     assert "alice" in capsys.readouterr().out
+
+
+def test_a_resource_requires_mfa_when_added_or_edited_so(
+    database: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    uri = "https://mcp.example.com/mcp"
+    assert main(["resources", "add", uri, "--require-mfa", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["require_mfa"] is True
+    assert main(["resources", "edit", uri, "--no-require-mfa", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["require_mfa"] is False
+    assert main(["resources", "edit", "https://other.example/mcp", "--require-mfa", *database]) == 2
+    assert "no resource" in _one_line_error(capsys)
+
+
+def test_reset_mfa_says_what_it_removed_and_refuses_an_unknown_user(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a long password\n")))
+    assert main(["users", "add", "alice", "--password-stdin", *database]) == 0
+    capsys.readouterr()
+    assert main(["users", "reset-mfa", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "username": "alice",
+        "totp": False,
+        "passkeys": 0,
+    }
+    assert main(["users", "reset-mfa", "nobody", *database]) == 2
+    assert "no user 'nobody'" in _one_line_error(capsys)

@@ -70,14 +70,25 @@ def admin_group(sub: Any, name: str, help: str, handler: Handler) -> Iterator[An
 
 @contextmanager
 def record_group(
-    sub: Any, name: str, help: str, handler: Handler, *, add_help: str, noun: str, key: str
+    sub: Any,
+    name: str,
+    help: str,
+    handler: Handler,
+    *,
+    add_help: str,
+    noun: str,
+    key: str,
+    more: Callable[[Any], None] | None = None,
 ) -> Iterator[argparse.ArgumentParser]:
     """``mcpauth NAME add|list|remove`` over one kind of record (a ``noun``, removed by its
-    ``key``): the block adds the ``add`` action's arguments to the parser it is given."""
+    ``key``): the block adds the ``add`` action's arguments to the parser it is given;
+    ``more`` adds the group's other actions (to the subparsers)."""
     with admin_group(sub, name, help, handler) as actions:
         yield actions.add_parser("add", help=add_help)
         actions.add_parser("list", help=f"list {name}")
         actions.add_parser("remove", help=f"remove a {noun}").add_argument(key)
+        if more is not None:
+            more(actions)
 
 
 def run_record_action(
@@ -86,11 +97,14 @@ def run_record_action(
     add: Callable[[Any], object],
     listing: Callable[[Any], object],
     remove: Callable[[Any], None],
+    others: dict[str, Callable[[Any], object]] | None = None,
 ) -> int:
-    """Run a :func:`record_group` action on the admin context: ``add`` and ``listing`` print
-    what they return as JSON; ``remove`` prints nothing."""
+    """Run a :func:`record_group` action on the admin context: ``add``, ``listing`` and the
+    ``others`` (by action name) print what they return as JSON; ``remove`` prints nothing."""
     ctx = open_admin(args)
-    if args.action == "add":
+    if others and args.action in others:
+        print_json(others[args.action](ctx))
+    elif args.action == "add":
         print_json(add(ctx))
     elif args.action == "list":
         print_json(listing(ctx))

@@ -1,4 +1,5 @@
-"""``mcpauth resources add|list|remove``: the protected MCP servers tokens are issued for."""
+"""``mcpauth resources add|list|remove|edit``: the protected MCP servers tokens are issued
+for."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def add_parser(sub: Any) -> None:
         add_help="register a resource (an MCP server URL)",
         noun="resource",
         key="uri",
+        more=_edit_parser,
     ) as p:
         p.add_argument("uri")
         p.add_argument("--name")
@@ -38,6 +40,18 @@ def add_parser(sub: Any) -> None:
             choices=CLAIMS,
             help="a claim about the person its access tokens carry (repeatable; none by default)",
         )
+        p.add_argument("--require-mfa", action="store_true", help=_REQUIRE_MFA)
+
+
+_REQUIRE_MFA = "people sign in with a second factor (passkey or app code) before authorizing it"
+
+
+def _edit_parser(actions: Any) -> None:
+    edit = actions.add_parser("edit", help="change a resource")
+    edit.add_argument("uri")
+    edit.add_argument(
+        "--require-mfa", action=argparse.BooleanOptionalAction, default=None, help=_REQUIRE_MFA
+    )
 
 
 def cmd_resources(args: argparse.Namespace) -> int:
@@ -54,7 +68,11 @@ def cmd_resources(args: argparse.Namespace) -> int:
             is_default=args.default,
             dpop_required=args.dpop_required,
             token_claims=args.claim,
+            require_mfa=args.require_mfa,
         ),
         listing=admin.list_resources,
         remove=lambda ctx: admin.remove_resource(ctx, args.uri),
+        others={
+            "edit": lambda ctx: admin.edit_resource(ctx, args.uri, require_mfa=args.require_mfa)
+        },
     )

@@ -1,4 +1,4 @@
-"""``mcpauth users add|list|remove``: the people who sign in with a password."""
+"""``mcpauth users add|list|remove|reset-mfa``: the people who sign in with a password."""
 
 from __future__ import annotations
 
@@ -14,10 +14,25 @@ COMMANDS = ("users",)  # the commands add_parser adds
 
 def add_parser(sub: Any) -> None:
     with record_group(
-        sub, "users", "manage users", cmd_users, add_help="add a user", noun="user", key="name"
+        sub,
+        "users",
+        "manage users",
+        cmd_users,
+        add_help="add a user",
+        noun="user",
+        key="name",
+        more=_reset_parser,
     ) as p:
         p.add_argument("name")
         p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+
+
+def _reset_parser(actions: Any) -> None:
+    reset = actions.add_parser(
+        "reset-mfa",
+        help="remove a user's second factors (authenticator app, recovery codes, passkeys)",
+    )
+    reset.add_argument("name")
 
 
 def cmd_users(args: argparse.Namespace) -> int:
@@ -28,6 +43,7 @@ def cmd_users(args: argparse.Namespace) -> int:
         add=lambda ctx: admin.add_user(ctx, args.name, _read_password(args)),
         listing=admin.list_users,
         remove=lambda ctx: admin.remove_user(ctx, args.name),
+        others={"reset-mfa": lambda ctx: admin.reset_mfa(ctx, args.name)},
     )
 
 

@@ -18,6 +18,7 @@ from mcpauth.server.admin_results import (
     ClientListing,
     KeyInfo,
     KeyState,
+    MfaReset,
     ResourceInfo,
     RotatedKey,
     UpstreamInfo,
@@ -29,7 +30,15 @@ from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
-from mcpauth.server.storage import grant_store, identities, lookups, migrate
+from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage import (
+    browser_sessions,
+    grant_store,
+    identities,
+    lookups,
+    migrate,
+    second_factors,
+)
 from mcpauth.server.storage.database import make_engine
 from mcpauth.server.storage.models import (
     Resource,
@@ -91,6 +100,27 @@ def remove_user(ctx: ServerContext, username: str) -> None:
         lookups.remove_user(session, user)
 
 
+def reset_mfa(ctx: ServerContext, username: str) -> MfaReset:
+    """Remove every second factor of a user (the authenticator app, its recovery codes, the
+    passkeys) and end her browser sessions: for a person who lost them; she signs in with her
+    password (or provider) alone and sets new ones up. Audited (``admin.mfa_reset``)."""
+    with ctx.db.write() as session:
+        user = lookups.user_by_name(session, username)
+        if user is None:
+            raise AdminError(f"no user {username!r}")
+        before = second_factors.factors(session, user.id)
+        second_factors.forget_user(session, user.id)
+        browser_sessions.end_user(session, user.id)
+    audit(
+        "admin.mfa_reset",
+        user_id=user.id,
+        username=user.username,
+        totp=before.totp,
+        passkeys=before.passkeys,
+    )
+    return {"username": user.username, "totp": before.totp, "passkeys": before.passkeys}
+
+
 def _parse_scopes(values: Sequence[str]) -> dict[str, str]:
     scopes: dict[str, str] = {}
     for value in values:
@@ -112,6 +142,13 @@ def _token_claims(values: Sequence[str]) -> list[str]:
     return [claim for claim in PERSON_CLAIMS if claim in values]
 
 
+def _canonical(uri: str) -> str:
+    try:
+        return canonical_resource(uri)
+    except URIError as exc:
+        raise AdminError(str(exc)) from exc
+
+
 def add_resource(
     ctx: ServerContext,
     uri: str,
@@ -122,12 +159,11 @@ def add_resource(
     is_default: bool = False,
     dpop_required: bool = False,
     token_claims: Sequence[str] = (),
+    require_mfa: bool = False,
 ) -> ResourceInfo:
-    """Add a protected resource; ``scopes`` are ``name`` or ``name=description``."""
-    try:
-        canonical = canonical_resource(uri)
-    except URIError as exc:
-        raise AdminError(str(exc)) from exc
+    """Add a protected resource; ``scopes`` are ``name`` or ``name=description``;
+    ``require_mfa``: people sign in with a second factor before authorizing a client for it."""
+    canonical = _canonical(uri)
     claims = _token_claims(token_claims)
     scope_map = _parse_scopes(scopes)
     unknown = [s for s in default_scopes if s not in scope_map]
@@ -141,6 +177,7 @@ def add_resource(
         is_default=is_default,
         dpop_required=dpop_required,
         token_claims=claims,
+        require_mfa=require_mfa,
         created_at=ctx.now(),
     )
     with ctx.db.write() as session:
@@ -160,6 +197,7 @@ def _resource_info(resource: Resource) -> ResourceInfo:
         "default": resource.is_default,
         "dpop_required": resource.dpop_required,
         "token_claims": resource.token_claims,
+        "require_mfa": resource.require_mfa,
     }
 
 
@@ -168,11 +206,23 @@ def list_resources(ctx: ServerContext) -> list[ResourceInfo]:
         return [_resource_info(r) for r in lookups.list_resources(session)]
 
 
+def edit_resource(ctx: ServerContext, uri: str, *, require_mfa: bool | None = None) -> ResourceInfo:
+    """Change a protected resource: ``require_mfa`` (None leaves it)."""
+    canonical = _canonical(uri)
+    with ctx.db.write() as session:
+        resource = lookups.get_resource(session, canonical)
+        if resource is None:
+            raise AdminError(f"no resource {canonical}")
+        if require_mfa is not None:
+            resource.require_mfa = require_mfa
+            lookups.save_resource(session, resource)
+        info = _resource_info(resource)
+    ctx.resources.refresh()
+    return info
+
+
 def remove_resource(ctx: ServerContext, uri: str) -> None:
-    try:
-        canonical = canonical_resource(uri)
-    except URIError as exc:
-        raise AdminError(str(exc)) from exc
+    canonical = _canonical(uri)
     with ctx.db.write() as session:
         resource = lookups.get_resource(session, canonical)
         if resource is None:
@@ -416,6 +466,8 @@ class Admin:
     add_resource = _method(add_resource)
     list_resources = _method(list_resources)
     remove_resource = _method(remove_resource)
+    edit_resource = _method(edit_resource)
+    reset_mfa = _method(reset_mfa)
     add_client = _method(add_client)
     list_clients = _method(list_clients)
     remove_client = _method(remove_client)

@@ -11,6 +11,7 @@ __all__ = [
     "ClientListing",
     "KeyInfo",
     "KeyState",
+    "MfaReset",
     "ResourceInfo",
     "RotatedKey",
     "UpstreamInfo",
@@ -35,7 +36,8 @@ class UserListing(UserInfo):
 class ResourceInfo(TypedDict):
     """A protected resource: its canonical URI, display name, scopes (name → description), the
     scopes granted when a client asks for none, whether it is the default resource, whether
-    its tokens must be DPoP-bound and the person claims they carry."""
+    its tokens must be DPoP-bound, the person claims they carry and whether people need a
+    second factor to authorize a client for it."""
 
     uri: str
     name: str
@@ -44,6 +46,7 @@ class ResourceInfo(TypedDict):
     default: bool
     dpop_required: bool
     token_claims: list[str]
+    require_mfa: bool
 
 
 class ClientInfo(TypedDict):
@@ -125,3 +128,11 @@ class UpstreamInfo(TypedDict):
     userinfo_endpoint: NotRequired[str | None]
     accounts: int
     reachable: NotRequired[str]
+
+
+class MfaReset(TypedDict):
+    """What ``mcpauth users reset-mfa`` removed from an account."""
+
+    username: str
+    totp: bool
+    passkeys: int

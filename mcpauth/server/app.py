@@ -22,8 +22,24 @@ from mcpauth.errors import InvalidRequest, ServerError
 from mcpauth.server import discovery
 from mcpauth.server.authorization import device_authorization
 from mcpauth.server.authorization import endpoint as authorize
-from mcpauth.server.browser import account, account_links, interaction, upstream_login, verification
-from mcpauth.server.browser.pages import Brand, BrandMiddleware, brand_var, error_page, favicon
+from mcpauth.server.browser import (
+    account,
+    account_links,
+    account_security,
+    interaction,
+    passkey_login,
+    second_factor,
+    upstream_login,
+    verification,
+)
+from mcpauth.server.browser.pages import (
+    Brand,
+    BrandMiddleware,
+    brand_var,
+    error_page,
+    favicon,
+    passkey_script,
+)
 from mcpauth.server.browser.sign_in_step import SignInStep
 from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
@@ -109,6 +125,7 @@ def brand_of(settings: Settings) -> Brand:
         logo_url=settings.logo_url,
         accent=settings.accent_color,
         favicon_url=f"{path_of(settings.issuer)}/favicon.svg",
+        script_url=f"{path_of(settings.issuer)}/passkeys.js",
     )
 
 
@@ -188,6 +205,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/account/revoke", account.revoke, methods=["POST"]),
         Route(f"{base}/favicon.svg", _favicon, methods=["GET"]),
         Route("/favicon.ico", _favicon, methods=["GET"]),  # asked for by browsers on their own
+        *_second_factor_routes(base),
     ]
     if base:
         routes.append(
@@ -219,6 +237,39 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
             )
         )
     return routes
+
+
+def _second_factor_routes(base: str) -> list[BaseRoute]:
+    """Passkeys and the second step of a sign-in; the posts that sign in end in /login (the
+    sign-in rate limit counts them)."""
+    return [
+        Route(f"{base}/passkeys.js", _passkey_script, methods=["GET"]),
+        Route(
+            f"{base}/interaction/{{interaction_id}}/passkey/login",
+            passkey_login.interaction,
+            methods=["POST"],
+        ),
+        Route(f"{base}/account/passkey/login", passkey_login.account, methods=["POST"]),
+        Route(f"{base}/second-factor", second_factor.page, methods=["GET"]),
+        Route(f"{base}/second-factor/login", second_factor.submit_code, methods=["POST"]),
+        Route(
+            f"{base}/second-factor/passkey/login", second_factor.submit_passkey, methods=["POST"]
+        ),
+        Route(f"{base}/account/totp", account_security.start_totp, methods=["POST"]),
+        Route(f"{base}/account/totp/confirm", account_security.confirm_totp, methods=["POST"]),
+        Route(f"{base}/account/totp/remove", account_security.remove_totp, methods=["POST"]),
+        Route(
+            f"{base}/account/recovery-codes",
+            account_security.new_recovery_codes,
+            methods=["POST"],
+        ),
+        Route(f"{base}/account/passkeys", account_security.add_passkey, methods=["POST"]),
+        Route(f"{base}/account/passkeys/remove", account_security.remove_passkey, methods=["POST"]),
+    ]
+
+
+async def _passkey_script(request: Request) -> Response:
+    return passkey_script()
 
 
 async def _favicon(request: Request) -> Response:

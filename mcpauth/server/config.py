@@ -193,6 +193,12 @@ class Settings(BaseModel):
     local_accounts: bool = True
     """Whether the sign-in page offers username and password (accounts made with `mcpauth
     users add`); false leaves only the upstream providers' buttons."""
+    require_mfa: bool = False
+    """Require two factors (a password or provider sign-in and then a passkey or an
+    authenticator app's code, or a passkey that verifies the person) before any client is
+    authorized; a session with one is asked for the second, and a person without any is told to
+    set one up on the account page. `mcpauth resources add URI --require-mfa` asks it for one
+    resource only."""
     workloads: tuple[WorkloadRule, ...] = ()
     """Workload identity federation: which platform tokens the jwt-bearer grant accepts and the
     client each acts as, one `[[mcpauth.workloads]]` table each (a JSON array in the

@@ -52,6 +52,7 @@ class ServerContext:
     lockouts: Lockouts = field(init=False)
     dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
     upstream_token_key: bytes = b""  # seals people's kept upstream tokens
+    second_factor_key: bytes = b""  # seals people's TOTP secrets
 
     def __post_init__(self) -> None:
         self.resources = ResourceCatalog(self.db)
@@ -150,6 +151,7 @@ def build_context(
             settings.password_hash_time_cost, settings.password_hash_memory_cost
         ),
         upstream_token_key=derive_key(secret, f"mcpauth upstream tokens {settings.issuer}"),
+        second_factor_key=derive_key(secret, f"mcpauth totp secrets {settings.issuer}"),
         dpop_nonces=(
             DPoPNonces(derive_key(secret, f"mcpauth dpop nonces {settings.issuer}"))
             if settings.dpop_nonce

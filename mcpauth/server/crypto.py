@@ -10,7 +10,9 @@ import os
 import secrets
 from pathlib import Path
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mcpauth.errors import ConfigurationError
@@ -46,6 +48,23 @@ def derive_key(secret: str, purpose: str) -> bytes:
     """A 32-byte key for ``purpose`` derived from the server secret (HKDF-SHA256)."""
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose.encode())
     return hkdf.derive(secret.encode("utf-8"))
+
+
+def seal(key: bytes, plaintext: bytes, associated: bytes) -> str:
+    """``plaintext`` encrypted with AES-GCM under ``key`` (a :func:`derive_key` key), bound to
+    ``associated`` (what the row is: a copy moved to another row opens to nothing), base64url."""
+    nonce = os.urandom(12)
+    sealed = nonce + AESGCM(key).encrypt(nonce, plaintext, associated)
+    return base64.urlsafe_b64encode(sealed).decode("ascii")
+
+
+def unseal(key: bytes, value: str, associated: bytes) -> bytes | None:
+    """What :func:`seal` sealed; None when it does not open (another key or row, altered)."""
+    try:
+        raw = base64.urlsafe_b64decode(value.encode("ascii"))
+        return AESGCM(key).decrypt(raw[:12], raw[12:], associated)
+    except (InvalidTag, ValueError):
+        return None
 
 
 def fernet_key(secret: str) -> bytes:

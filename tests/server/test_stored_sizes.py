@@ -18,6 +18,7 @@ import httpx2
 import pytest
 from sqlalchemy import JSON, String, func, select
 from starlette.applications import Starlette
+from webauthn.helpers import bytes_to_base64url
 
 from mcpauth import jwt
 from mcpauth.server import Settings, admin, create_app
@@ -25,6 +26,7 @@ from mcpauth.server.clients.records import MAX_NAME
 from mcpauth.server.clients.ssrf import FetchedResponse
 from mcpauth.server.identity.accounts import MAX_EMAIL
 from mcpauth.server.identity.accounts import MAX_NAME as MAX_UPSTREAM_NAME
+from mcpauth.server.identity.passkeys import MAX_CREDENTIAL_ID, MAX_CREDENTIAL_JSON
 from mcpauth.server.operations import size_limits as limits
 from mcpauth.server.storage.models import (
     Client,
@@ -145,6 +147,22 @@ CEILINGS: dict[str, int | str] = {
     "device_authorizations.status": len("approved"),  # pending | approved | denied
     "device_authorizations.user_id": "copy",
     "device_authorizations.grant_id": "server",
+    # second factors
+    "grants.amr": "server",  # RFC 8176 values of identity/methods.py
+    "browser_sessions.amr": "server",
+    "totp_factors.user_id": "copy",
+    "totp_factors.sealed": "server",  # a sealed 32-character secret
+    "recovery_codes.digest": "digest",
+    "recovery_codes.user_id": "copy",
+    # a longer credential id is refused when registered (WebAuthn §6.5.1: 1023 bytes)
+    "passkeys.credential_id": len(bytes_to_base64url(bytes(MAX_CREDENTIAL_ID))),
+    "passkeys.user_id": "copy",
+    "passkeys.public_key": MAX_CREDENTIAL_JSON,  # within the posted credential, capped whole
+    "passkeys.name": "server",
+    "pending_sign_ins.digest": "digest",
+    "pending_sign_ins.user_id": "copy",
+    "pending_sign_ins.amr": "server",
+    "pending_sign_ins.interaction_id": "copy",
 }
 
 

@@ -12,13 +12,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.oauth import parse_scope
-from mcpauth.server.browser import csrf
+from mcpauth.server.browser import csrf, passkey_login
 from mcpauth.server.browser.account_links import SignInMethods, sign_in_methods
+from mcpauth.server.browser.account_security import NOTICES, SecurityView, security_view
 from mcpauth.server.browser.display import ClientView, scope_words
 from mcpauth.server.browser.interaction import client_view_of
 from mcpauth.server.browser.login import attempt_login, provider_buttons, refuse_cross_site
 from mcpauth.server.browser.outcomes import see_other
 from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.second_factor import after_first_factor
 from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import (
     BrowserSession,
@@ -27,6 +29,7 @@ from mcpauth.server.browser.sessions import (
     sign_out,
 )
 from mcpauth.server.config import Settings
+from mcpauth.server.identity import methods
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities, upstream_tokens
 from mcpauth.server.storage.database import Database, Session
@@ -46,9 +49,13 @@ def _login_page(
     status: int = 200,
     notice: str = "",
 ) -> Response:
+    passkey = passkey_login.options(ctx, browser, "account")
     return render(
         "login.html",
         status,
+        scripts=passkey is not None,
+        passkey_options=passkey,
+        passkey_action=ctx.endpoint_url("account/passkey/login"),
         client_name="",
         notice=notice,
         error=error,
@@ -115,7 +122,7 @@ def _applications(
 
 def _account_view(
     ctx: BrowserServices, browser: BrowserSession, query: dict[str, str]
-) -> tuple[str, list[Application], str, SignInMethods] | None:
+) -> tuple[str, list[Application], str, SignInMethods, SecurityView] | None:
     assert browser.user_id is not None
     with ctx.db.read() as session:
         user = get_user(session, browser.user_id)
@@ -131,11 +138,15 @@ def _account_view(
             notice = f"{names[query['linked']]} is linked: you can sign in with it now."
         elif query.get("unlinked") in names:
             notice = f"{names[query['unlinked']]} no longer signs you in to this account."
+        elif query.get("notice") in NOTICES:
+            notice = NOTICES[query["notice"]]
+        name = identities.display_name(session, user)
         return (
-            identities.display_name(session, user),
+            name,
             _applications(ctx.settings, session, browser.user_id),
             notice,
             sign_in_methods(ctx, session, browser, user),
+            security_view(ctx, session, browser, user, name),
         )
 
 
@@ -150,13 +161,15 @@ async def page(request: Request) -> Response:
         notice = "You have signed out." if "signed_out" in request.query_params else ""
         response = _login_page(ctx, browser, notice=notice)
     else:
-        username, apps, notice, methods = view
+        username, apps, notice, methods, security = view
         response = render(
             "account.html",
+            scripts=security.passkey_options is not None,
             username=username,
             apps=apps,
             notice=notice,
             methods=methods,
+            security=security,
             csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, ACCOUNT_PURPOSE),
             logout_action=ctx.endpoint_url("account/logout"),
         )
@@ -208,9 +221,11 @@ async def login(request: Request) -> Response:
     )
     if isinstance(outcome, Response):
         return outcome
-    if outcome.error:
+    if outcome.error or outcome.user_id is None:
         return _login_page(ctx, browser, outcome.error, outcome.username, outcome.status)
-    response = see_other(ctx.endpoint_url("account"))
+    response = await after_first_factor(
+        ctx, request, browser, outcome.user_id, methods.PASSWORD, None
+    )
     save_session(ctx, browser, response)
     return response
 

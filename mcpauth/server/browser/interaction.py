@@ -19,16 +19,11 @@ from mcpauth.server.browser.outcomes import (
     code_redirect,
     error_redirect,
     issue_code,
-    see_other,
 )
 from mcpauth.server.browser.pages import error_page, render
+from mcpauth.server.browser.second_factor import after_first_factor, step_up
 from mcpauth.server.browser.services import BrowserServices, browser_services
-from mcpauth.server.browser.sessions import (
-    BrowserSession,
-    load_session,
-    save_session,
-    sign_in,
-)
+from mcpauth.server.browser.sessions import BrowserSession, load_session, save_session
 from mcpauth.server.browser.sign_in_step import (
     Account,
     PasswordAndProviders,
@@ -36,7 +31,7 @@ from mcpauth.server.browser.sign_in_step import (
     SignInStep,
 )
 from mcpauth.server.clients.redirect_uris import all_loopback
-from mcpauth.server.http_io import client_ip
+from mcpauth.server.identity import methods
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Database
@@ -53,6 +48,10 @@ class LoginRequired(OAuthError):
 
 class ConsentRequired(OAuthError):
     error = "consent_required"
+
+
+class InteractionRequired(OAuthError):
+    error = "interaction_required"  # OpenID Connect Core §3.1.2.6
 
 
 def _load(db: Database, now: int, interaction_id: str) -> tuple[Interaction, Client] | None:
@@ -221,8 +220,11 @@ async def _signed_in(
     browser: BrowserSession,
     interaction_id: str,
     account: Account,
+    amr: str,
 ) -> Response:
-    """Start the session of the account a step returned and go on with the request."""
+    """The account a step returned proved its first factor (``amr``: ``pwd`` for the built-in
+    step's password, none for an application's own step): on to the second factor or signed
+    in, and on with the request."""
     user_id = await run_blocking(_account_id, ctx, account)
     if user_id is None:
         return error_page(
@@ -231,11 +233,26 @@ async def _signed_in(
             500,
             title="Sign-in failed",
         )
-    await run_blocking(sign_in, ctx, browser, user_id)
-    audit("login.success", user_id=user_id, address=client_ip(request))
-    # the session id rotated on sign-in: the request moves with it
-    await run_blocking(_rebind, ctx.db, interaction_id, browser.sid)
-    return see_other(ctx.endpoint_url(f"interaction/{interaction_id}"))
+    return await after_first_factor(ctx, request, browser, user_id, amr, interaction_id)
+
+
+def _step_up_for(ctx: BrowserServices, req: AuthorizationRequest) -> str | None:
+    """The name of what needs two factors before this request goes on (the resource, when it
+    or the server requires them), or None."""
+    with ctx.db.read() as session:
+        resource = get_resource(session, req.resource)
+    if not ctx.settings.require_mfa and not (resource is not None and resource.require_mfa):
+        return None
+    return resource.name if resource is not None and resource.name else req.resource
+
+
+def _needs_step_up(
+    ctx: BrowserServices, browser: BrowserSession, req: AuthorizationRequest
+) -> str | None:
+    """What needs two factors that this signed-in session has not shown, or None."""
+    if methods.has_two_factors(browser.amr):
+        return None
+    return _step_up_for(ctx, req)
 
 
 def _proceed(
@@ -256,9 +273,17 @@ def _proceed(
         )
     signed_in = browser.user_id is not None and (req.prompt != "login" or req.signed_in_here)
     user_id = browser.user_id or ""
+    needed_by = _needs_step_up(ctx, browser, req) if signed_in else None
+    if needed_by is not None:
+        if req.prompt == "none":  # OpenID Connect Core §3.1.2.6: no page to ask on
+            ask = InteractionRequired(f"{needed_by} requires a second factor at sign-in")
+            return error_redirect(ctx.settings.issuer, client, req.redirect_uri, req.state, ask)
+        return step_up(ctx, browser, interaction.id, needed_by)
     # RFC 8628 §5.4: a device's request is always confirmed (the person may be phished)
     if signed_in and req.device is None and not _needs_consent(ctx, req, client, user_id):
-        code = issue_code(ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id)
+        code = issue_code(
+            ctx, req, user_id, browser.auth_time or ctx.now(), interaction.id, amr=browser.amr
+        )
         return code_redirect(ctx.settings.issuer, req, code)
     if req.prompt == "none":  # OpenID Connect Core §3.1.2.1: no page; the error goes back
         error: OAuthError = (
@@ -278,9 +303,12 @@ async def show(request: Request) -> Response:
     outcome = await run_blocking(_proceed, ctx, browser, request.path_params["interaction_id"])
     if isinstance(outcome, _SignInNeeded):
         pending = _pending(ctx, browser, outcome.interaction_id, outcome.client)
-        step = await sign_in_step(request).page(request, pending)
+        step_of_app = sign_in_step(request)
+        step = await step_of_app.page(request, pending)
         outcome = (
-            await _signed_in(ctx, request, browser, outcome.interaction_id, step)
+            await _signed_in(
+                ctx, request, browser, outcome.interaction_id, step, _first_factor(step_of_app)
+            )
             if isinstance(step, Account)
             else step
         )
@@ -327,7 +355,7 @@ async def login(request: Request) -> Response:
     pending = _pending(ctx, browser, interaction_id, client)
     step = await step_of_app.submit(request, pending)
     response = (
-        await _signed_in(ctx, request, browser, interaction_id, step)
+        await _signed_in(ctx, request, browser, interaction_id, step, _first_factor(step_of_app))
         if isinstance(step, Account)
         else step
     )
@@ -335,9 +363,9 @@ async def login(request: Request) -> Response:
     return response
 
 
-def _rebind(db: Database, interaction_id: str, sid: str) -> None:
-    with db.write() as session:
-        grant_store.rebind_interaction(session, interaction_id, sid)
+def _first_factor(step: SignInStep) -> str:
+    """The method an Account from ``step`` proved: the built-in step's is a password."""
+    return methods.PASSWORD if isinstance(step, PasswordAndProviders) else ""
 
 
 def _decide(
@@ -350,6 +378,9 @@ def _decide(
     req = AuthorizationRequest.from_dict(interaction.request)
     if req.sid != browser.sid or browser.user_id is None:
         return error_page("invalid_request", "This consent does not belong to this session.", 403)
+    needed_by = _needs_step_up(ctx, browser, req)
+    if needed_by is not None:  # the consent page is shown only after it; a post alone is not
+        return step_up(ctx, browser, interaction_id, needed_by)
     audit(
         f"consent.{'granted' if action == 'approve' else 'denied'}",
         user_id=browser.user_id,
@@ -379,6 +410,7 @@ def _decide(
         browser.auth_time or ctx.now(),
         interaction_id,
         approved_as=client_view_of(client).name,
+        amr=browser.amr,
     )
     return code_redirect(ctx.settings.issuer, req, code)
 

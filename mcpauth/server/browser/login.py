@@ -14,7 +14,7 @@ from starlette.responses import Response
 from mcpauth.server.browser import csrf
 from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.services import BrowserServices
-from mcpauth.server.browser.sessions import BrowserSession, sign_in
+from mcpauth.server.browser.sessions import BrowserSession
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest
 from mcpauth.server.http_io import client_ip
@@ -125,6 +125,11 @@ def account_key(username: str, address: str) -> str:
     return f"login:at:{digest(username.lower())[:32]}:{address_in_key(address)}"
 
 
+def address_key(address: str) -> str:
+    """The failure counter of every sign-in step tried from one address."""
+    return f"login:ip:{address_in_key(address)}"
+
+
 def _limits(settings: Settings) -> tuple[lockout.Limit, lockout.Limit]:
     account = lockout.Limit(settings.login_max_failures, 900, settings.login_lockout_seconds)
     address = lockout.Limit(
@@ -135,16 +140,23 @@ def _limits(settings: Settings) -> tuple[lockout.Limit, lockout.Limit]:
     return account, address
 
 
-def _locked(db: Database, now: int, keys: tuple[str, str]) -> int:
+Keys = tuple[str | None, str]  # (the account's failure key, if known; the address's)
+
+
+def locked_for(db: Database, now: int, keys: Keys) -> int:
+    """Seconds until neither the account key nor the address key of a sign-in is locked."""
     with db.read() as session:
-        return max(lockout.retry_after(session, key, now) for key in keys)
+        return max(lockout.retry_after(session, key, now) for key in keys if key is not None)
 
 
-def _fail(ctx: BrowserServices, keys: tuple[str, str]) -> None:
+def record_failure(ctx: BrowserServices, keys: Keys) -> None:
+    """Count a failed sign-in step (a password, a second factor, a passkey) against the
+    account key (when the account is known) and the address key, each with its limit."""
     account, address = _limits(ctx.settings)
     now = ctx.now()
     with ctx.db.write() as session:
-        lockout.record_failure(session, keys[0], now, account)
+        if keys[0] is not None:
+            lockout.record_failure(session, keys[0], now, account)
         lockout.record_failure(session, keys[1], now, address)
 
 
@@ -166,11 +178,10 @@ async def attempt_login(
     purpose: str,
     *,
     retry_url: str,
-    start_session: bool = True,
 ) -> LoginOutcome | Response:
-    """Check a posted login form; on success the session is signed in (id rotated), unless
-    ``start_session`` is false (the caller does it). A locked account or address gets a page
-    with the wait and a link to ``retry_url``."""
+    """Check a posted login form: the account whose password it was, or the form's error;
+    the caller goes on to the second factor or signs the session in. A locked account or
+    address gets a page with the wait and a link to ``retry_url``."""
     refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
         return refused
@@ -199,20 +210,17 @@ async def attempt_login(
         error = f"The password is longer than {MAX_PASSWORD_LENGTH} characters."
         return LoginOutcome(error=error, username=username)
     address = client_ip(request)
-    keys = (account_key(username, address), f"login:ip:{address_in_key(address)}")
-    locked = await run_blocking(_locked, ctx.db, ctx.now(), keys)
+    keys = (account_key(username, address), address_key(address))
+    locked = await run_blocking(locked_for, ctx.db, ctx.now(), keys)
     if locked:
         audit("login.locked", username=username, address=client_ip(request), retry_after=locked)
         return locked_page(locked, retry_url, ctx.now())
     user_id, password_hash = await run_blocking(_password_hash, ctx.db, username)
     if not await ctx.passwords.verify(password, password_hash) or user_id is None:
-        await run_blocking(_fail, ctx, keys)
+        await run_blocking(record_failure, ctx, keys)
         audit("login.failure", username=username, address=client_ip(request))
         # the form again, with the error: 200, as a 401 needs a WWW-Authenticate challenge
         # (RFC 9110 §15.5.2) and browsers log any 4xx page as a console error
         return LoginOutcome(error="Wrong username or password.", username=username)
     await run_blocking(_succeed, ctx.db, keys[0])
-    if start_session:
-        await run_blocking(sign_in, ctx, browser, user_id)
-        audit("login.success", user_id=user_id, address=client_ip(request))
     return LoginOutcome(user_id=user_id, username=username)

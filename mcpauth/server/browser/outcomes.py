@@ -105,10 +105,12 @@ def issue_code(
     interaction_id: str,
     *,
     approved_as: str | None = None,
+    amr: str = "",
 ) -> str:
     """Create the grant and its single authorization code; consume the interaction. When the
     user has just approved (``approved_as`` is the client name the consent page showed), the
-    consent is remembered with the request's exact redirect URI."""
+    consent is remembered with the request's exact redirect URI. The grant keeps how the
+    session signed in (``amr``): its tokens carry it."""
     now = ctx.now()
     code = new_token()
     grant = Grant(
@@ -119,6 +121,7 @@ def issue_code(
         scope=format_scope(request.scopes),
         created_at=now,
         last_used_at=now,
+        amr=amr,
     )
     with ctx.db.write() as session:
         grant_store.add_grant_with_code(

@@ -1,6 +1,7 @@
 """HTML pages (Jinja2) for people: the service's branding on every page, and the headers every
 interaction page carries (no framing, RFC 9700 §4.16; no caching; no referrer to other sites;
-a Content-Security-Policy that allows no script at all)."""
+a Content-Security-Policy that allows no script at all, except this server's passkey script on
+the pages that offer passkeys)."""
 
 from __future__ import annotations
 
@@ -62,10 +63,13 @@ PALETTE: dict[str, dict[str, str]] = {
 }
 
 
-def content_security_policy(img_origins: Iterable[str] = ()) -> str:
+def content_security_policy(img_origins: Iterable[str] = (), *, scripts: bool = False) -> str:
+    """The pages' policy: no script at all, or with ``scripts`` this server's own script files
+    (the passkey pages' ``passkeys.js``; never an inline script)."""
     images = " ".join(["'self'", *sorted(set(img_origins))])
+    script = "script-src 'self'; " if scripts else ""
     return (
-        f"default-src 'none'; style-src 'unsafe-inline'; img-src {images}; "
+        f"default-src 'none'; {script}style-src 'unsafe-inline'; img-src {images}; "
         # no form-action: browsers apply it to the redirect after a form POST, which goes to
         # the client's redirect URI
         "frame-ancestors 'none'; base-uri 'none'"
@@ -101,6 +105,7 @@ class Brand:
     logo_url: str | None = None
     accent: str = "#2f5bd3"
     favicon_url: str = "/favicon.svg"
+    script_url: str = "/passkeys.js"
 
     @property
     def on_accent(self) -> str:
@@ -156,16 +161,24 @@ def environment() -> Environment:
 
 
 def render(
-    template: str, status_code: int = 200, *, img_origins: Iterable[str] = (), **context: Any
+    template: str,
+    status_code: int = 200,
+    *,
+    img_origins: Iterable[str] = (),
+    scripts: bool = False,
+    **context: Any,
 ) -> HTMLResponse:
     """A page with the security headers; ``img_origins`` are the https origins its images
-    may come from besides this server (the service logo's is always allowed)."""
+    may come from besides this server (the service logo's is always allowed); ``scripts``
+    loads the passkey script (and lets it run)."""
     brand = brand_var.get()
-    body = environment().get_template(template).render(brand=brand, palette=PALETTE, **context)
-    headers = {
-        "Content-Security-Policy": content_security_policy([*brand.img_origins, *img_origins]),
-        **_HEADERS,
-    }
+    body = (
+        environment()
+        .get_template(template)
+        .render(brand=brand, palette=PALETTE, scripts=scripts, **context)
+    )
+    policy = content_security_policy([*brand.img_origins, *img_origins], scripts=scripts)
+    headers = {"Content-Security-Policy": policy, **_HEADERS}
     return HTMLResponse(body, status_code=status_code, headers=headers)
 
 
@@ -210,6 +223,22 @@ def error_page(
         continue_host=continue_host,
         back_url=back_url,
         back_label=back_label,
+    )
+
+
+@cache
+def _script_text() -> bytes:
+    from importlib.resources import files
+
+    return files("mcpauth.server.browser").joinpath("static/passkeys.js").read_bytes()
+
+
+def passkey_script() -> Response:
+    """The pages' one script: the passkey ceremonies (``static/passkeys.js``)."""
+    return Response(
+        _script_text(),
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"},
     )
 
 

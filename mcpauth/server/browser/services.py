@@ -1,8 +1,9 @@
 """What the browser package reads from the running application: the settings, the database,
-the clock, endpoint URLs, the cookie secret, password hashing and the upstream providers (with
-the key that seals people's kept tokens at them). ``create_app`` builds one object that has
-all of it (``server/context.py``, the composition root); the modules here name only this
-protocol. Every member is read-only: a request never replaces one."""
+the clock, endpoint URLs, the cookie secret, password hashing, the upstream providers (with
+the key that seals people's kept tokens at them) and the key that seals TOTP secrets.
+``create_app`` builds one object that has all of it (``server/context.py``, the composition
+root); the modules here name only this protocol. Every member is read-only: a request never
+replaces one."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class BrowserServices(Protocol):
     def upstream(self) -> UpstreamProviders: ...
     @property
     def upstream_token_key(self) -> bytes: ...
+    @property
+    def second_factor_key(self) -> bytes: ...
     def now(self) -> int: ...
     def endpoint_url(self, name: str) -> str: ...
 

@@ -30,6 +30,11 @@ class BrowserSession:
     user_id: str | None = None
     auth_time: int | None = None
     changed: bool = False
+    amr: str = ""  # RFC 8176 methods of the sign-in, space-separated
+
+    @property
+    def methods(self) -> list[str]:
+        return self.amr.split()
 
     @classmethod
     def new(cls) -> BrowserSession:
@@ -44,7 +49,7 @@ def _serializer(cookie_secret: bytes) -> URLSafeTimedSerializer:
     return URLSafeTimedSerializer(cookie_secret, salt="mcpauth-session")
 
 
-def _signed_in(db: Database, now: int, sid: str) -> tuple[str, int] | None:
+def _signed_in(db: Database, now: int, sid: str) -> tuple[str, int, str] | None:
     """The live server-side session of ``sid`` whose account still exists."""
     with db.read() as session:
         return browser_sessions.signed_in(session, digest(sid), now)
@@ -64,18 +69,20 @@ async def load_session(ctx: BrowserServices, request: Request) -> BrowserSession
             found = await run_blocking(_signed_in, ctx.db, ctx.now(), sid)
             if found is None:
                 return BrowserSession(sid=sid)
-            return BrowserSession(sid=sid, user_id=found[0], auth_time=found[1])
+            return BrowserSession(sid=sid, user_id=found[0], auth_time=found[1], amr=found[2])
     return BrowserSession.new()
 
 
-def sign_in(ctx: BrowserServices, browser: BrowserSession, user_id: str) -> None:
-    """Start a server-side session for ``user_id`` under a new id (no session fixation); the
-    browser's previous one ends."""
+def sign_in(ctx: BrowserServices, browser: BrowserSession, user_id: str, amr: str = "") -> None:
+    """Start a server-side session for ``user_id``, signed in with the methods ``amr``, under a
+    new id (no session fixation; a step up to a second factor rotates it too); the browser's
+    previous one ends."""
     now = ctx.now()
     old = browser.sid
     browser.sid = secrets.token_urlsafe(32)
     browser.user_id = user_id
     browser.auth_time = now
+    browser.amr = amr
     browser.changed = True
     with ctx.db.write() as session:
         browser_sessions.start(
@@ -85,6 +92,7 @@ def sign_in(ctx: BrowserServices, browser: BrowserSession, user_id: str) -> None
             now,
             now + ctx.settings.session_ttl,
             ending=digest(old),
+            amr=amr,
         )
 
 
@@ -95,6 +103,7 @@ def sign_out(db: Database, browser: BrowserSession) -> None:
     browser.sid = secrets.token_urlsafe(32)
     browser.user_id = None
     browser.auth_time = None
+    browser.amr = ""
     browser.changed = True
 
 

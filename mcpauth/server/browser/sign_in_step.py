@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mcpauth.server.browser import passkey_login
 from mcpauth.server.browser.login import LoginOutcome, attempt_login, provider_buttons
 from mcpauth.server.browser.pages import render
 from mcpauth.server.browser.services import BrowserServices
@@ -72,9 +73,13 @@ class PasswordAndProviders:
     def _page(self, pending: PendingSignIn, outcome: LoginOutcome | None = None) -> Response:
         ctx = pending.context
         outcome = outcome or LoginOutcome()
+        passkey = passkey_login.options(ctx, pending.browser, pending.interaction_id)
         return render(
             "login.html",
             outcome.status,
+            scripts=passkey is not None,
+            passkey_options=passkey,
+            passkey_action=ctx.endpoint_url(f"interaction/{pending.interaction_id}/passkey/login"),
             client_name=pending.client_name,
             error=outcome.error,
             username=outcome.username,
@@ -95,7 +100,6 @@ class PasswordAndProviders:
             pending.browser,
             f"login:{pending.interaction_id}",
             retry_url=ctx.endpoint_url(f"interaction/{pending.interaction_id}"),
-            start_session=False,
         )
         if isinstance(outcome, Response):
             return outcome

@@ -12,27 +12,46 @@ _RECORDS: Table = BrowserSessionRecord.__table__  # type: ignore[attr-defined]
 _USERS: Table = User.__table__  # type: ignore[attr-defined]
 
 
-def signed_in(session: Session, sid_digest: str, now: int) -> tuple[str, int] | None:
-    """(user id, auth time) of the live session ``sid_digest`` whose account still exists."""
+def signed_in(session: Session, sid_digest: str, now: int) -> tuple[str, int, str] | None:
+    """(user id, auth time, authentication methods) of the live session ``sid_digest`` whose
+    account still exists."""
     row = session.execute(
-        select(_RECORDS.c.user_id, _RECORDS.c.auth_time)
+        select(_RECORDS.c.user_id, _RECORDS.c.auth_time, _RECORDS.c.amr)
         .join(_USERS, _USERS.c.id == _RECORDS.c.user_id)
         .where(_RECORDS.c.digest == sid_digest, _RECORDS.c.expires_at > now)
     ).first()
-    return (str(row[0]), int(row[1])) if row is not None else None
+    return (str(row[0]), int(row[1]), str(row[2])) if row is not None else None
 
 
 def start(
-    session: Session, sid_digest: str, user_id: str, now: int, expires_at: int, *, ending: str
+    session: Session,
+    sid_digest: str,
+    user_id: str,
+    now: int,
+    expires_at: int,
+    *,
+    ending: str,
+    amr: str = "",
 ) -> None:
-    """Record the session ``sid_digest`` for ``user_id``; the session ``ending`` ends."""
+    """Record the session ``sid_digest`` for ``user_id``, signed in with the methods ``amr``;
+    the session ``ending`` ends."""
     end(session, ending)
     session.add(
         BrowserSessionRecord(
-            digest=sid_digest, user_id=user_id, auth_time=now, created_at=now, expires_at=expires_at
+            digest=sid_digest,
+            user_id=user_id,
+            auth_time=now,
+            created_at=now,
+            expires_at=expires_at,
+            amr=amr,
         )
     )
 
 
 def end(session: Session, sid_digest: str) -> None:
     session.execute(delete(_RECORDS).where(_RECORDS.c.digest == sid_digest))
+
+
+def end_user(session: Session, user_id: str) -> None:
+    """End every session of ``user_id``."""
+    session.execute(delete(_RECORDS).where(_RECORDS.c.user_id == user_id))

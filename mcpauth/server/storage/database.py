@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, create_engine, event
+from sqlalchemy import Connection, Engine, Executable, Row, Select, create_engine, event
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import SQLAlchemyError as DatabaseError
@@ -129,6 +129,12 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 
 # A row read by a Prepared select: a named tuple of the selected columns (``row.digest``).
 Record = Any
+
+
+def changed_rows(session: Session, statement: Executable) -> int:
+    """How many rows an UPDATE or DELETE run in ``session``'s transaction changed (a
+    conditional one's count says which of two racing requests won)."""
+    return session.connection().execute(statement).rowcount
 
 
 class Prepared:

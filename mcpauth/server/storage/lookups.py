@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlmodel import Session, col, delete, select
 
 from mcpauth.server.crypto import new_id
-from mcpauth.server.storage import identities, upstream_tokens
+from mcpauth.server.storage import identities, second_factors, upstream_tokens
 from mcpauth.server.storage.models import (
     BrowserSessionRecord,
     Client,
@@ -43,8 +43,8 @@ def find_or_add_user(session: Session, username: str, now: int) -> str:
 
 def remove_user(session: Session, user: User) -> None:
     """Remove ``user`` with her grants, refresh tokens, consents, browser sessions, upstream
-    identities and kept upstream tokens (a later sign-in through a provider provisions a new
-    account)."""
+    identities, kept upstream tokens and second factors (a later sign-in through a provider
+    provisions a new account)."""
     grant_ids = list(session.exec(select(Grant.id).where(Grant.user_id == user.id)))
     session.exec(delete(RefreshToken).where(col(RefreshToken.grant_id).in_(grant_ids)))
     session.exec(delete(Grant).where(col(Grant.user_id) == user.id))
@@ -52,6 +52,7 @@ def remove_user(session: Session, user: User) -> None:
     session.exec(delete(BrowserSessionRecord).where(col(BrowserSessionRecord.user_id) == user.id))
     identities.forget_user(session, user.id)
     upstream_tokens.forget(session, user.id)
+    second_factors.forget_user(session, user.id)
     session.delete(user)
 
 
@@ -98,6 +99,11 @@ def add_resource(session: Session, resource: Resource) -> None:
             if other.is_default:
                 other.is_default = False
                 session.add(other)
+    session.add(resource)
+
+
+def save_resource(session: Session, resource: Resource) -> None:
+    """Store the changes made to a resource read in this unit of work."""
     session.add(resource)
 
 

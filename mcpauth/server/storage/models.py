@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, MetaData, Text
+from sqlalchemy import JSON, Column, Index, MetaData, Text, false
 from sqlmodel import Field, SQLModel
 
 # Stable constraint names so Alembic diffs cleanly on SQLite and PostgreSQL.
@@ -65,6 +65,8 @@ class Resource(SQLModel, table=True):
     token_claims: list[str] = Field(  # the person's claims its access tokens carry
         default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]")
     )
+    # a person signs in with a second factor before authorizing a client for it
+    require_mfa: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     created_at: int
 
 
@@ -96,6 +98,8 @@ class Grant(SQLModel, table=True):
     created_at: int
     last_used_at: int
     revoked_at: int | None = None
+    # RFC 8176 authentication methods of the sign-in that made it, space-separated
+    amr: str = Field(default="", max_length=64, sa_column_kwargs={"server_default": ""})
 
 
 class AuthorizationCode(SQLModel, table=True):
@@ -159,6 +163,8 @@ class BrowserSessionRecord(SQLModel, table=True):
     auth_time: int
     created_at: int
     expires_at: int = Field(index=True)
+    # RFC 8176 methods of the sign-in, space-separated ("pwd otp mfa")
+    amr: str = Field(default="", max_length=64, sa_column_kwargs={"server_default": ""})
 
 
 class Interaction(SQLModel, table=True):
@@ -287,3 +293,58 @@ class DeviceAuthorization(SQLModel, table=True):
     auth_time: int | None = None
     grant_id: str | None = Field(default=None, max_length=64)
     redeemed_at: int | None = None
+
+
+class TotpFactor(SQLModel, table=True):
+    """A person's TOTP secret (RFC 6238), sealed like kept upstream tokens (AES-GCM, the key
+    derived from the server secret, the user id as associated data). Active once confirmed with
+    a code; ``last_step`` is the time step of the last code accepted, so no code is used twice."""
+
+    __tablename__ = "totp_factors"
+
+    user_id: str = Field(primary_key=True, max_length=64)
+    sealed: str = Field(sa_column=Column(Text, nullable=False))
+    confirmed_at: int | None = None
+    last_step: int = 0
+    created_at: int
+
+
+class RecoveryCode(SQLModel, table=True):
+    """One of a person's one-time recovery codes, as the SHA-256 digest of the user id and the
+    code; ``used_at`` is set by the one use it has."""
+
+    __tablename__ = "recovery_codes"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(max_length=64, index=True)
+    created_at: int
+    used_at: int | None = None
+
+
+class Passkey(SQLModel, table=True):
+    """A WebAuthn credential (a passkey) of a person: its id (base64url), its COSE public key
+    (base64url) and the signature counter the authenticator last reported."""
+
+    __tablename__ = "passkeys"
+
+    credential_id: str = Field(primary_key=True, max_length=1400)
+    user_id: str = Field(max_length=64, index=True)
+    public_key: str = Field(sa_column=Column(Text, nullable=False))
+    sign_count: int = 0
+    name: str = Field(default="", max_length=100)
+    created_at: int
+    last_used_at: int | None = None
+
+
+class PendingSignIn(SQLModel, table=True):
+    """A browser half signed in: its first factor is done (``amr``), a second is due. Keyed by
+    the digest of the browser session id, short-lived, taken once by the second step."""
+
+    __tablename__ = "pending_sign_ins"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(max_length=64)
+    amr: str = Field(default="", max_length=64)
+    interaction_id: str | None = Field(default=None, max_length=64)
+    created_at: int
+    expires_at: int = Field(index=True)

@@ -54,6 +54,7 @@ from mcpauth.server.storage.models import (
     DeviceAuthorization,
     Grant,
     Interaction,
+    PendingSignIn,
     RateCounter,
     RefreshToken,
     RevokedAccessToken,
@@ -94,6 +95,7 @@ USERS = _table(User)
 UPSTREAM_LOGINS = _table(UpstreamLogin)
 UPSTREAM_IDENTITIES = _table(UpstreamIdentity)
 DEVICES = _table(DeviceAuthorization)
+PENDING_SIGN_INS = _table(PendingSignIn)
 
 
 def _dead_grant(settings: Settings, now: int) -> ColumnElement[bool]:
@@ -184,6 +186,7 @@ RULES = (
         DEVICES,
         lambda s, now: DEVICES.c.expires_at + s.device_code_ttl < now,
     ),
+    Rule("pending_sign_ins", PENDING_SIGN_INS, lambda s, now: PENDING_SIGN_INS.c.expires_at < now),
     Rule(
         "refresh_tokens",
         REFRESH,

@@ -4,17 +4,14 @@ to another person or provider, or read without the secret, opens to nothing."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import Table, delete, update
 from sqlmodel import Session
 
+from mcpauth.server import crypto
 from mcpauth.server.storage.models import UpstreamToken
 
 _TABLE: Table = UpstreamToken.__table__  # type: ignore[attr-defined]
@@ -54,19 +51,18 @@ def seal(key: bytes, user_id: str, provider_id: str, tokens: UpstreamTokens) -> 
     document = json.dumps(
         {"a": tokens.access_token, "r": tokens.refresh_token, "e": tokens.expires_at}
     ).encode()
-    nonce = os.urandom(12)
-    sealed = nonce + AESGCM(key).encrypt(nonce, document, _associated(user_id, provider_id))
-    return base64.urlsafe_b64encode(sealed).decode("ascii")
+    return crypto.seal(key, document, _associated(user_id, provider_id))
 
 
 def unseal(key: bytes, user_id: str, provider_id: str, value: str) -> UpstreamTokens | None:
     """The tokens of a sealed row; None when it does not open (another key, row or pair)."""
+    document = crypto.unseal(key, value, _associated(user_id, provider_id))
+    if document is None:
+        return None
     try:
-        raw = base64.urlsafe_b64decode(value.encode("ascii"))
-        document = AESGCM(key).decrypt(raw[:12], raw[12:], _associated(user_id, provider_id))
         data = json.loads(document)
         return UpstreamTokens(str(data["a"]), data.get("r"), data.get("e"))
-    except (InvalidTag, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 

@@ -15,6 +15,7 @@ from mcpauth.oauth import IDENTITY_SCOPES, format_scope, parse_scope
 from mcpauth.server.authorization.checks import OPENID
 from mcpauth.server.config import Settings
 from mcpauth.server.crypto import digest, new_token
+from mcpauth.server.identity import methods
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, identities
 from mcpauth.server.storage.database import Connection, Record, Session
@@ -186,9 +187,14 @@ def for_grant(
     jkt: str | None,
 ) -> Issuance:
     """An access token for a user's grant (its user, client and resource), with the claims
-    about the person its ``resource`` asks for (:func:`person_claims`), bound to the DPoP key
+    about the person its ``resource`` asks for (:func:`person_claims`) and how the person signed
+    in (``amr``, RFC 9068 §2.2.1, when the sign-in named its methods), bound to the DPoP key
     ``jkt`` the request proved, if any. The OpenID scopes stay out of the token's ``scope``:
     they are about the client, not the resource that reads it."""
+    person = person_claims(conn, resource, grant.user_id)
+    amr = methods.as_claim(grant.amr)
+    if amr is not None:
+        person = {**person, "amr": amr}
     claims = access_token_claims(
         settings,
         subject=grant.user_id,
@@ -197,7 +203,7 @@ def for_grant(
         scopes=[s for s in scopes if s not in IDENTITY_SCOPES],
         now=now,
         grant_id=grant.id,
-        extra=person_claims(conn, resource, grant.user_id),
+        extra=person,
     )
     return Issuance.of(claims, scopes, jkt=jkt)
 
@@ -232,6 +238,7 @@ def for_person(
             nonce=nonce,
             now=now,
             person=openid.person_claims(conn, grant.user_id, scopes),
+            amr=grant.amr,
         )
     if "refresh_token" in client.grant_types or offline:
         public = client.token_endpoint_auth_method == "none"

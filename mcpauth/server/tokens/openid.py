@@ -15,11 +15,23 @@ from typing import Any
 
 from mcpauth import jwt
 from mcpauth.server.config import Settings
+from mcpauth.server.identity import methods
 from mcpauth.server.storage import identities
 from mcpauth.server.storage.database import Connection, Session
 
 # what the ID token and UserInfo may say, by the scope that asks for it (Core §5.4)
-CLAIMS_SUPPORTED = ["sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "at_hash", "azp"]
+CLAIMS_SUPPORTED = [
+    "sub",
+    "iss",
+    "aud",
+    "exp",
+    "iat",
+    "auth_time",
+    "amr",
+    "nonce",
+    "at_hash",
+    "azp",
+]
 PERSON_CLAIMS_SUPPORTED = ["name", "email", "email_verified"]
 
 
@@ -50,8 +62,10 @@ def id_token_claims(
     nonce: str | None,
     now: int,
     person: dict[str, Any],
+    amr: str = "",
 ) -> dict[str, Any]:
-    """Core §2: the ID token's claims; ``at_hash`` is added when the access token is signed."""
+    """Core §2: the ID token's claims; ``amr`` when the sign-in named its methods; ``at_hash``
+    is added when the access token is signed."""
     claims: dict[str, Any] = {
         "iss": settings.issuer,
         "sub": subject,
@@ -62,6 +76,9 @@ def id_token_claims(
         "auth_time": auth_time,
         **person,
     }
+    methods_claim = methods.as_claim(amr)
+    if methods_claim is not None:
+        claims["amr"] = methods_claim
     if nonce is not None:
         claims["nonce"] = nonce  # Core §3.1.2.1: exactly as the authorization request sent it
     return claims
