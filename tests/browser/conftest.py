@@ -100,7 +100,9 @@ class Server:
         assert response.status_code == 201, response.text
         return str(response.json()["client_id"])
 
-    def authorize_url(self, client_id: str, scope: str = "mcp:tools") -> tuple[str, str, str]:
+    def authorize_url(
+        self, client_id: str, scope: str = "mcp:tools", resource: str = RESOURCE
+    ) -> tuple[str, str, str]:
         """The authorization URL, its PKCE verifier and its state."""
         verifier = secrets.token_urlsafe(48)
         challenge = (
@@ -115,13 +117,15 @@ class Server:
             "redirect_uri": self.callback.url,
             "code_challenge": challenge,
             "code_challenge_method": "S256",
-            "resource": RESOURCE,
+            "resource": resource,
             "scope": scope,
             "state": state,
         }
         return f"{self.issuer}/authorize?{urlencode(params)}", verifier, state
 
-    def exchange(self, client_id: str, code: str, verifier: str) -> dict[str, Any]:
+    def exchange(
+        self, client_id: str, code: str, verifier: str, resource: str = RESOURCE
+    ) -> dict[str, Any]:
         response = httpx2.post(
             f"{self.issuer}/token",
             data={
@@ -130,7 +134,7 @@ class Server:
                 "redirect_uri": self.callback.url,
                 "client_id": client_id,
                 "code_verifier": verifier,
-                "resource": RESOURCE,
+                "resource": resource,
             },
         )
         assert response.status_code == 200, response.text

@@ -1,6 +1,7 @@
 """What a process loads to start: the application, the admin API and the ``mcpauth`` commands on
 a current database import no Alembic (only a migration needs it), no Authlib (only a call to an
-upstream provider), no Jinja2 (only a page), no TLS stack for outbound fetches (only a fetch),
+upstream provider), no Jinja2 (only a page), nothing of passkeys or TOTP (only a second
+factor), no TLS stack for outbound fetches (only a fetch),
 and the application and the admin API not each other. Each case runs in a fresh interpreter,
 whose ``sys.modules`` is the evidence."""
 
@@ -21,7 +22,7 @@ from ..conftest import TEST_SECRET
 
 # loaded only by the work that needs them (httpcore2 is not among them: the SSRF guard of
 # clients/ssrf.py is a network backend of httpx2's transport, defined on import)
-ON_DEMAND = ("alembic", "authlib", "jinja2")
+ON_DEMAND = ("alembic", "authlib", "jinja2", "webauthn", "pyotp", "segno")
 
 
 def _loaded(code: str, tmp_path: Path, *names: str, database: str = "") -> list[str]:

@@ -173,7 +173,6 @@ def _page(
         action=ctx.endpoint_url(f"{PAGE}/login"),
         passkey_action=ctx.endpoint_url(f"{PAGE}/passkey/login"),
         csrf_token=csrf.csrf_token(ctx.cookie_secret, browser.sid, PURPOSE),
-        cancel_url=_continue_url(ctx, row.interaction_id) if browser.user_id else None,
     )
 
 

@@ -9,33 +9,46 @@ comparison is not zero (§6.1.1)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import ipaddress
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers import base64url_to_bytes, bytes_to_base64url, parse_client_data_json
-from webauthn.helpers.exceptions import WebAuthnException
-from webauthn.helpers.structs import (
-    AttestationConveyancePreference,
-    AuthenticatorSelectionCriteria,
-    PublicKeyCredentialDescriptor,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
+if TYPE_CHECKING:
+    from webauthn.helpers.structs import PublicKeyCredentialDescriptor
 
 TIMEOUT_MS = 120_000  # what the browser gives the person to use the authenticator
 MAX_CREDENTIAL_JSON = 16 * 1024  # a posted credential longer than this is refused unread
 MAX_CREDENTIAL_ID = 1023  # bytes (§6.5.1: credentialIdLength); base64url: 1364 characters
-_PARSE_ERRORS = (WebAuthnException, ValueError, TypeError, KeyError, AttributeError)
+
+
+def base64url_to_bytes(text: str) -> bytes:
+    """WebAuthn's base64url, without padding (§3: Base64url Encoding).
+
+    Raises:
+        ValueError: not base64url.
+    """
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ValueError("not base64url") from exc
+
+
+def bytes_to_base64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+@functools.cache
+def _errors() -> tuple[type[Exception], ...]:
+    """What the package raises on input it cannot verify or read (it is imported by the first
+    ceremony: the package and its attestation formats take a third of a second to load)."""
+    from webauthn.helpers.exceptions import WebAuthnException
+
+    return (WebAuthnException, ValueError, TypeError, KeyError, AttributeError)
 
 
 class PasskeyRefused(Exception):
@@ -85,6 +98,8 @@ class Verified:
 
 
 def _descriptors(credential_ids: list[str]) -> list[PublicKeyCredentialDescriptor]:
+    from webauthn.helpers.structs import PublicKeyCredentialDescriptor
+
     return [PublicKeyCredentialDescriptor(id=base64url_to_bytes(i)) for i in credential_ids]
 
 
@@ -98,6 +113,14 @@ def registration_options(
 ) -> str:
     """The JSON options of ``navigator.credentials.create()``: a discoverable credential for
     the account (its opaque id as the user handle), none the account already has."""
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (
+        AttestationConveyancePreference,
+        AuthenticatorSelectionCriteria,
+        ResidentKeyRequirement,
+        UserVerificationRequirement,
+    )
+
     options = generate_registration_options(
         rp_id=rp.id,
         rp_name=rp.name,
@@ -119,6 +142,9 @@ def registration_options(
 def authentication_options(rp: RelyingParty, challenge: bytes, allowed: list[str]) -> str:
     """The JSON options of ``navigator.credentials.get()``: any discoverable credential of
     this RP when ``allowed`` is empty (sign-in without a name), else those credentials."""
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     options = generate_authentication_options(
         rp_id=rp.id,
         challenge=challenge,
@@ -148,11 +174,13 @@ def client_challenge(credential: str) -> bytes:
     Raises:
         PasskeyRefused: no readable client data.
     """
+    from webauthn.helpers import parse_client_data_json
+
     document = _document(credential)
     try:
         data = base64url_to_bytes(str(document["response"]["clientDataJSON"]))
         return bytes(parse_client_data_json(data).challenge)
-    except _PARSE_ERRORS as exc:
+    except _errors() as exc:
         raise PasskeyRefused("the client data is malformed") from exc
 
 
@@ -163,6 +191,8 @@ def verify_registration(rp: RelyingParty, credential: str, challenge: bytes) -> 
     Raises:
         PasskeyRefused: it does not verify.
     """
+    from webauthn import verify_registration_response
+
     document = _document(credential)
     try:
         verified = verify_registration_response(
@@ -171,7 +201,7 @@ def verify_registration(rp: RelyingParty, credential: str, challenge: bytes) -> 
             expected_rp_id=rp.id,
             expected_origin=rp.origin,
         )
-    except _PARSE_ERRORS as exc:
+    except _errors() as exc:
         raise PasskeyRefused(str(exc) or type(exc).__name__) from exc
     if len(verified.credential_id) > MAX_CREDENTIAL_ID:
         raise PasskeyRefused("the credential id is longer than WebAuthn allows")
@@ -197,7 +227,7 @@ def assertion(credential: str) -> Assertion:
         raise PasskeyRefused("the credential id is longer than WebAuthn allows")
     try:
         user = base64url_to_bytes(handle).decode() if isinstance(handle, str) and handle else None
-    except _PARSE_ERRORS as exc:
+    except _errors() as exc:
         raise PasskeyRefused("the user handle is malformed") from exc
     return Assertion(raw_id, user, client_challenge(credential))
 
@@ -212,6 +242,8 @@ def verify_assertion(
     Raises:
         PasskeyRefused: it does not verify.
     """
+    from webauthn import verify_authentication_response
+
     document = _document(credential)
     try:
         verified = verify_authentication_response(
@@ -222,6 +254,6 @@ def verify_assertion(
             credential_public_key=base64url_to_bytes(public_key),
             credential_current_sign_count=sign_count,
         )
-    except _PARSE_ERRORS as exc:
+    except _errors() as exc:
         raise PasskeyRefused(str(exc) or type(exc).__name__) from exc
     return Verified(verified.new_sign_count, verified.user_verified)

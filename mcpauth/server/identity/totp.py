@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-
-import pyotp
+from typing import TYPE_CHECKING
 
 from mcpauth.oauth import same_secret
+
+if TYPE_CHECKING:
+    import pyotp
 
 DIGITS = 6
 PERIOD = 30  # seconds of a time step
@@ -42,16 +44,22 @@ class Enrolment:
         return " ".join(self.secret[i : i + 4] for i in range(0, len(self.secret), 4))
 
 
+def _totp(secret: str) -> pyotp.TOTP:
+    import pyotp  # loaded by the first code checked, not by every start
+
+    return pyotp.TOTP(secret, digits=DIGITS, interval=PERIOD)
+
+
 def new_enrolment(account: str, service: str) -> Enrolment:
     """A fresh secret for ``account`` at ``service`` (the names the app shows)."""
+    import pyotp
+
     return enrolment_of(pyotp.random_base32(32), account, service)
 
 
 def enrolment_of(secret: str, account: str, service: str) -> Enrolment:
     """The enrolment of a secret already stored (shown again while it waits for a code)."""
-    uri = pyotp.TOTP(secret, digits=DIGITS, interval=PERIOD).provisioning_uri(
-        name=account, issuer_name=service
-    )
+    uri = _totp(secret).provisioning_uri(name=account, issuer_name=service)
     return Enrolment(secret, uri)
 
 
@@ -64,7 +72,7 @@ def normalise_code(value: str) -> str | None:
 def matching_step(secret: str, code: str, now: int, after: int) -> int | None:
     """The time step within the window whose code is ``code``, later than step ``after`` (the
     last one accepted), or None: a wrong code, or one already used."""
-    totp = pyotp.TOTP(secret, digits=DIGITS, interval=PERIOD)
+    totp = _totp(secret)
     current = totp.timecode(now)
     found = None
     for step in range(current - WINDOW, current + WINDOW + 1):
