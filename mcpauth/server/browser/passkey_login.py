@@ -66,8 +66,11 @@ def _refused(ctx: BrowserServices, retry_url: str) -> Response:
 
 
 async def _sign_in(
-    ctx: BrowserServices, request: Request, csrf_purpose: str, target: str, retry_url: str
+    ctx: BrowserServices, request: Request, interaction_id: str | None, retry_url: str
 ) -> Response:
+    """The passkey sign-in of an interaction's page (``interaction_id``) or the account's."""
+    target = interaction_id or "account"
+    csrf_purpose = f"login:{target}"  # the page's sign-in forms share their token
     browser = await load_session(ctx, request)
     refused = refuse_cross_site(ctx.settings.issuer, request)
     if refused is not None:
@@ -76,7 +79,6 @@ async def _sign_in(
     credential = form.get("credential")
     if not csrf.csrf_valid(ctx.cookie_secret, browser.sid, csrf_purpose, form.get("csrf_token")):
         return expired_sign_in(retry_url)
-    interaction_id = None if target == "account" else target
     if interaction_id is not None and not await run_blocking(
         _belongs, ctx.db, ctx.now(), interaction_id, browser.sid
     ):
@@ -112,12 +114,12 @@ async def _sign_in(
 async def interaction(request: Request) -> Response:
     """POST /interaction/{id}/passkey/login"""
     ctx = browser_services(request)
-    target = request.path_params["interaction_id"]
-    retry = ctx.endpoint_url(f"interaction/{target}")
-    return await _sign_in(ctx, request, f"login:{target}", target, retry)
+    interaction_id = request.path_params["interaction_id"]
+    retry = ctx.endpoint_url(f"interaction/{interaction_id}")
+    return await _sign_in(ctx, request, interaction_id, retry)
 
 
 async def account(request: Request) -> Response:
     """POST /account/passkey/login"""
     ctx = browser_services(request)
-    return await _sign_in(ctx, request, "login:account", "account", ctx.endpoint_url("account"))
+    return await _sign_in(ctx, request, None, ctx.endpoint_url("account"))
