@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from sqlalchemy import update
 from starlette.applications import Starlette
 
 from mcpauth import jwt
@@ -21,11 +22,14 @@ from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.browser.account_links import LINK_MAX_AGE
 from mcpauth.server.browser.passkey_ceremonies import CHALLENGE_TTL
 from mcpauth.server.storage import passkeys
+from mcpauth.server.storage.models import User
 
+from ..oauth import register_public_client
 from .conftest import RESOURCE, add_user
 from .mfa_support import Clock, browser, password_step, post_form
 from .soft_authenticator import SoftAuthenticator, b64, page_form, page_options
-from .test_second_factor import says, signed_in_as
+from .test_second_factor import authorize, exchanged, says, signed_in_as
+from .test_token import REDIRECT
 
 pytestmark = pytest.mark.anyio
 ISSUER = "http://localhost:9000"  # a host name: browsers take no IP address as an RP ID
@@ -161,18 +165,7 @@ async def test_a_passkey_signs_in_without_a_name_and_tokens_say_so(
         assert done.status_code == 303
         assert done.headers["location"].endswith("/account")
         assert signed_in_as(await http.get("/account"))
-        client = (
-            await http.post(
-                "/register",
-                json={
-                    "client_name": "Test client",
-                    "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                    "token_endpoint_auth_method": "none",
-                },
-            )
-        ).json()
-        from .test_second_factor import authorize, exchanged
-
+        client = await register_public_client(http, REDIRECT)
         response, verifier = await authorize(http, client["client_id"])
         issued = await exchanged(http, client["client_id"], response, verifier)
     assert jwt.unverified_claims(issued["access_token"])["amr"] == ["hwk", "user", "mfa"]
@@ -185,18 +178,7 @@ async def test_without_user_verification_a_passkey_is_one_factor(
     await add_passkey(app, lazy)
     async with browser(app, ISSUER) as http:
         assert (await sign_in_with(http, lazy)).status_code == 303
-        from .test_second_factor import authorize, exchanged
-
-        client = (
-            await http.post(
-                "/register",
-                json={
-                    "client_name": "Test client",
-                    "redirect_uris": ["http://127.0.0.1:5555/callback"],
-                    "token_endpoint_auth_method": "none",
-                },
-            )
-        ).json()
+        client = await register_public_client(http, REDIRECT)
         response, verifier = await authorize(http, client["client_id"])
         issued = await exchanged(http, client["client_id"], response, verifier)
     assert jwt.unverified_claims(issued["access_token"])["amr"] == ["hwk", "user"]
@@ -430,3 +412,20 @@ async def test_the_script_is_served_as_javascript(app: Starlette) -> None:
     assert script.headers["x-content-type-options"] == "nosniff"
     assert "navigator.credentials" in script.text
     assert html.escape("<") not in script.text
+
+
+async def test_the_last_way_in_is_not_removed(
+    app: Starlette, authenticator: SoftAuthenticator
+) -> None:
+    await add_passkey(app, authenticator)
+    ctx = app.state.mcpauth
+    with ctx.db.write() as session:  # an account without a password (made by a provider)
+        session.execute(update(User).values(password_hash="!"))
+    async with browser(app, ISSUER) as http:
+        assert (await sign_in_with(http, authenticator)).status_code == 303
+        page = await http.get("/account")
+        kept = await post_form(http, page, "/account/passkeys/remove")
+        assert kept.status_code == 409
+        assert says(kept, "This passkey is the only way you can sign in")
+    async with browser(app, ISSUER) as http:
+        assert (await sign_in_with(http, authenticator)).status_code == 303

@@ -180,6 +180,18 @@ def sign_in_methods(
 # removing one
 
 
+def only_way_in(account: str, what: str) -> Response:
+    """409 for removing an account's last way to sign in (``what``: "This", "This passkey")."""
+    return error_page(
+        "invalid_request",
+        f"{what} is the only way you can sign in to your account, so it was not removed.",
+        409,
+        title="This is your only way to sign in",
+        back_url=account,
+        back_label="Back to your account",
+    )
+
+
 def _unlink(ctx: BrowserServices, user_id: str, provider_id: str) -> int:
     configured = {provider.id for provider in ctx.upstream}
     with ctx.db.write() as session:
@@ -229,14 +241,7 @@ async def unlink(request: Request) -> Response:
     try:
         removed = await run_blocking(_unlink, ctx, browser.user_id, provider_id[:64])
     except identities.LastWayIn:
-        return error_page(
-            "invalid_request",
-            "This is the only way you can sign in to your account, so it was not removed.",
-            409,
-            title="This is your only way to sign in",
-            back_url=account,
-            back_label="Back to your account",
-        )
+        return only_way_in(account, "This")
     if not removed:
         return see_other(account)
     audit("account.identity_unlinked", provider=provider_id[:64], user_id=browser.user_id)

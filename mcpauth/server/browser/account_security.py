@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mcpauth.server.browser import csrf, passkey_ceremonies
-from mcpauth.server.browser.account_links import LINK_MAX_AGE
+from mcpauth.server.browser.account_links import LINK_MAX_AGE, only_way_in
 from mcpauth.server.browser.login import (
     address_key,
     locked_for,
@@ -351,10 +351,6 @@ async def add_passkey(request: Request) -> Response:
     return see_other(account + "?" + urlencode({"notice": "passkey-added"}))
 
 
-class LastWayIn(Exception):
-    """The passkey is the account's only way to sign in."""
-
-
 def _remove_passkey(ctx: BrowserServices, user_id: str, credential_id: str) -> bool:
     with ctx.db.write() as session:
         user = get_user(session, user_id)
@@ -363,7 +359,7 @@ def _remove_passkey(ctx: BrowserServices, user_id: str, credential_id: str) -> b
         password = ctx.settings.local_accounts and identities.has_password(user.password_hash)
         others = identities.linked_identities(session, user_id)
         if not password and not others and passkeys.count(session, user_id) <= 1:
-            raise LastWayIn
+            raise identities.LastWayIn
         return passkeys.remove(session, user_id, credential_id)
 
 
@@ -378,15 +374,8 @@ async def remove_passkey(request: Request) -> Response:
     credential_id = fields.get("credential_id", "")[:1400]
     try:
         removed = await run_blocking(_remove_passkey, ctx, browser.user_id or "", credential_id)
-    except LastWayIn:
-        return error_page(
-            "invalid_request",
-            "This passkey is the only way you can sign in to your account, so it was not removed.",
-            409,
-            title="This is your only way to sign in",
-            back_url=account,
-            back_label="Back to your account",
-        )
+    except identities.LastWayIn:
+        return only_way_in(account, "This passkey")
     if not removed:
         return see_other(account)
     audit("account.passkey_removed", user_id=browser.user_id)

@@ -245,7 +245,7 @@ class ProviderTaken(Exception):
 
 
 class LastWayIn(Exception):
-    """Removing the identity would leave the account with no way to sign in."""
+    """Removing it (an identity, a passkey) would leave the account with no way to sign in."""
 
 
 @dataclass(frozen=True)
