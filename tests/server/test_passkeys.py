@@ -1,4 +1,4 @@
-"""Passkeys (docs/security.md T52): made on the account page for this issuer's host and
+"""Passkeys (docs/security.md T48): made on the account page for this issuer's host and
 origin, used to sign in without a name, as a second factor after a password, and removed
 after a recent sign-in. An assertion made for another origin or RP ID, replayed, with a
 counter that does not grow, or answering another session's or an old challenge is refused,

@@ -1,5 +1,5 @@
 """Two-step sign-in with an authenticator app (TOTP) and recovery codes, and the step up a
-resource that requires two factors asks for (docs/security.md T50, T51, T53): an app is on
+resource that requires two factors asks for (docs/security.md T46, T47, T49): an app is on
 only after a code from it; a password alone then leaves the browser half signed in, bound to
 it and short-lived; each code and each recovery code works once; wrong codes are throttled
 like passwords; the tokens say how the person signed in (``amr``)."""

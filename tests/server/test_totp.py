@@ -1,4 +1,4 @@
-"""The TOTP and recovery-code rules (docs/security.md T50, T51): codes of the current step and
+"""The TOTP and recovery-code rules (docs/security.md T46, T47): codes of the current step and
 one either side, each step once; what a typed code or recovery code may look like; recovery
 codes of 80 random bits, stored as digests of the account and the code."""
 

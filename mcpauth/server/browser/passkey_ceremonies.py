@@ -6,7 +6,7 @@ and an HMAC over them, the browser session id and the form's purpose (the cookie
 comes back is accepted only with a challenge this server made for this session and this form
 in the last :data:`CHALLENGE_TTL` seconds, and only once: its use is recorded with the
 single-use ``jti``s (``storage.defences.record_jti``) in the transaction that records the
-passkey's use (docs/security.md T52)."""
+passkey's use (docs/security.md T48)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The second step of a sign-in, and the step up to one (docs/security.md T50-T53).
+"""The second step of a sign-in, and the step up to one (docs/security.md T46-T49).
 
 After a password, an account with a second factor (a TOTP app, a passkey) is not signed in
 yet: the browser session is *half* signed in, a row bound to its session id that lives

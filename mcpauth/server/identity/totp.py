@@ -5,7 +5,7 @@ A code is accepted for the current 30-second step and one step either side (RFC 
 clock a little off, a code typed as it changed); the step it matched is returned so the caller
 accepts each step once (§5.2: "the verifier MUST NOT accept the second attempt of the same
 OTP"). Recovery codes are 80 random bits, shown once and stored as the SHA-256 digest of the
-user id and the code (docs/security.md T50)."""
+user id and the code (docs/security.md T46)."""
 
 from __future__ import annotations
 
