@@ -256,6 +256,7 @@ async def test_person_approves_and_the_device_gets_tokens_once(
     claims = jwt.verify(tokens["access_token"], keys, issuer=ISSUER, audience=RESOURCE)
     assert claims["client_id"] == client_id
     assert claims["aud"] == RESOURCE
+    assert claims["amr"] == ["pwd"]  # how the person signed in on the verification page
 
     clock.now += 5
     replay = await poll(http, client_id, body["device_code"])

@@ -225,6 +225,7 @@ def decided(
         scope=format_scope(request.scopes),
         created_at=now,
         last_used_at=now,
+        amr=browser.amr,  # how the person signed in: the device's tokens carry it
     )
     with ctx.db.write() as session:
         done = devices.decide(
