@@ -26,7 +26,7 @@ from mcpauth.server.storage.models import User
 
 from ..oauth import register_public_client
 from .conftest import RESOURCE, add_user
-from .mfa_support import Clock, browser, password_step, post_form
+from .mfa_support import Clock, browser, password_step, post_form, turn_on_app
 from .soft_authenticator import SoftAuthenticator, b64, page_form, page_options
 from .test_second_factor import authorize, exchanged, says, signed_in_as
 from .test_token import REDIRECT
@@ -429,3 +429,63 @@ async def test_the_last_way_in_is_not_removed(
         assert says(kept, "This passkey is the only way you can sign in")
     async with browser(app, ISSUER) as http:
         assert (await sign_in_with(http, authenticator)).status_code == 303
+
+
+async def test_a_passkey_does_not_second_itself_even_over_a_challenge_kept_from_before(
+    app: Starlette, password_hash: str, clock: Clock
+) -> None:
+    """Alice has an app and a passkey without user verification; Mallory holds the key and
+    has an account of her own with a passkey. A second-step challenge shown for Mallory's
+    sign-in cannot complete Alice's passkey sign-in with the same key: her app is asked."""
+    alices = SoftAuthenticator(origin=ISSUER, user_verified=False)  # a key without a PIN
+    async with browser(app, ISSUER) as http:
+        assert (await password_step(http)).status_code == 303
+        page = await http.get("/account")
+        made = await post_passkey(
+            http, page, "create", alices.create(page_options(page.text, "create"))
+        )
+        assert made.status_code == 303
+        await turn_on_app(http, clock)
+    add_user(app, "mallory", password_hash)
+    mallorys = SoftAuthenticator(origin=ISSUER)
+    async with browser(app, ISSUER) as http:
+        assert (await password_step(http, "mallory")).status_code == 303
+        page = await http.get("/account")
+        made = await post_passkey(
+            http, page, "create", mallorys.create(page_options(page.text, "create"))
+        )
+        assert made.status_code == 303
+    clock.now += 30
+    async with browser(app, ISSUER) as http:
+        assert (await password_step(http, "mallory")).status_code == 303
+        kept = await http.get("/second-factor")  # a challenge for Mallory's second step
+        step = await sign_in_with(http, alices)  # Alice's key, without a name
+        assert step.headers["location"].endswith("/second-factor")
+        offered = await http.get("/second-factor")
+        assert "data-passkey" not in offered.text  # her app is what completes it
+        options = json.loads(page_options(kept.text, "get"))
+        options["allowCredentials"] = []
+        answer = await post_passkey(http, kept, "get", alices.get(json.dumps(options)))
+        assert answer.status_code == 200
+        assert not signed_in_as(await http.get("/account"))
+
+
+async def test_a_passkey_post_nested_too_deep_is_refused_in_words(app: Starlette) -> None:
+    async with browser(app, ISSUER) as http:
+        page = await http.get("/account")
+        answer = await post_passkey(http, page, "get", "[" * 3000)
+    assert refused(answer), answer.text
+
+
+async def test_an_assertion_whose_id_is_not_base64url_is_refused_in_words(
+    app: Starlette, authenticator: SoftAuthenticator
+) -> None:
+    """A genuine assertion over a fresh challenge, its id changed to hold a NUL (which
+    PostgreSQL refuses in text): refused before any lookup, never a 500."""
+    await add_passkey(app, authenticator)
+    async with browser(app, ISSUER) as http:
+        page = await http.get("/account")
+        answer = json.loads(authenticator.get(page_options(page.text, "get")))
+        answer["id"] = answer["rawId"] = "a\u0000b"
+        posted = await post_passkey(http, page, "get", json.dumps(answer))
+    assert refused(posted), posted.text

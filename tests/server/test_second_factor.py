@@ -19,10 +19,11 @@ from starlette.applications import Starlette
 
 from mcpauth import jwt
 from mcpauth.server import Settings, admin, create_app
+from mcpauth.server.browser import second_factor as second_factor_module
 from mcpauth.server.browser.account_links import LINK_MAX_AGE
 from mcpauth.server.browser.second_factor import PENDING_TTL
 from mcpauth.server.storage import second_factors
-from mcpauth.server.storage.models import TotpFactor
+from mcpauth.server.storage.models import BrowserSessionRecord, PendingSignIn, TotpFactor
 
 from ..oauth import authorization_params, follow, forms, pkce_pair, query, submit
 from .conftest import PASSWORD, RESOURCE
@@ -152,6 +153,37 @@ async def test_a_password_alone_leaves_the_browser_half_signed_in_until_the_code
         assert done.status_code == 303
         assert done.headers["location"].endswith("/account")
         assert signed_in_as(await http.get("/account"))
+
+
+async def test_an_answer_completes_only_the_sign_in_it_was_checked_for(
+    seeded: Starlette, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's code is checked; before it is taken, the same browser posts Bob's password (a
+    new half-finished sign-in replaces hers). The answer checked for Alice must not sign the
+    browser in as Bob, whose second factor nobody gave."""
+    secret, _ = await signed_in_with_app(seeded, clock)  # alice's app
+    ctx = seeded.state.mcpauth
+    bob = str(next(u for u in admin.list_users(ctx) if u["username"] == "bob")["id"])
+    checked = second_factor_module._check_code
+
+    def then_bobs_password(ctx: Any, user_id: str, typed: str) -> bool:
+        good = checked(ctx, user_id, typed)
+        now = ctx.now()
+        with ctx.db.read() as session:
+            (sid_digest,) = session.execute(select(PendingSignIn.digest)).scalars()
+        with ctx.db.write() as session:  # what Bob's password step does meanwhile
+            second_factors.start_pending(session, sid_digest, bob, "pwd", None, now, now + 300)
+        return good
+
+    monkeypatch.setattr(second_factor_module, "_check_code", then_bobs_password)
+    async with browser(seeded) as http:
+        page = await second_step(http, await password_step(http))
+        answer = await post_form(http, page, "/second-factor/login", code=code(secret, clock))
+        assert answer.status_code != 303
+        assert not signed_in_as(await http.get("/account"))
+    with ctx.db.read() as session:
+        signed = session.execute(select(BrowserSessionRecord.user_id)).scalars().all()
+    assert bob not in signed
 
 
 async def test_a_code_is_accepted_once_and_its_neighbours_only_if_newer(

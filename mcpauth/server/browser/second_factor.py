@@ -47,6 +47,12 @@ PAGE = "second-factor"
 _MAX_CODE = 64  # a typed code longer than this is neither kind
 
 
+def _purpose(row: PendingSignIn) -> str:
+    """The passkey challenge's purpose: this half-finished sign-in (its account, methods and
+    start), so a challenge shown for one cannot answer another in the same session."""
+    return f"{PURPOSE}:{row.user_id}:{row.amr}:{row.created_at}"
+
+
 def _offers(amr: str, factors: Factors) -> tuple[bool, bool]:
     """Which second factors complete a sign-in made with ``amr``: (a code, a passkey). A
     passkey does not second a passkey; a code needs a TOTP secret (recovery codes come with
@@ -158,7 +164,7 @@ def _page(
     code, passkey = _offers(row.amr, factors)
     rp = passkey_ceremonies.relying_party(ctx)
     options = (
-        passkey_ceremonies.sign_in_options(ctx, rp, browser.sid, PURPOSE, keys)
+        passkey_ceremonies.sign_in_options(ctx, rp, browser.sid, _purpose(row), keys)
         if passkey and rp is not None
         else None
     )
@@ -214,12 +220,15 @@ def _check_code(ctx: BrowserServices, user_id: str, typed: str) -> bool:
         )
 
 
-def _finish(ctx: BrowserServices, browser: BrowserSession, second: list[str]) -> str | None:
-    """Take the pending sign-in (once) and sign the session in with both factors; the URL to
-    go on to, or None when it was gone."""
+def _finish(
+    ctx: BrowserServices, browser: BrowserSession, row: PendingSignIn, second: list[str]
+) -> str | None:
+    """Take the pending sign-in ``row`` the answer was checked for (once, and only if it is
+    still the session's) and sign the session in with both factors; the URL to go on to, or
+    None when it was gone or replaced."""
     with ctx.db.write() as session:
-        row = second_factors.take_pending(session, digest(browser.sid), ctx.now())
-    if row is None:
+        taken = second_factors.take_pending(session, row, ctx.now())
+    if not taken:
         return None
     _signed_in(
         ctx, browser, row.user_id, methods.with_second_factor(row.amr, second), row.interaction_id
@@ -265,7 +274,7 @@ async def _answered(
         audit("login.second_factor_failure", user_id=row.user_id, address=client_ip(request))
         return _page(ctx, browser, loaded, error)
     await run_blocking(_clear, ctx.db, keys[0])
-    url = await run_blocking(_finish, ctx, browser, second)
+    url = await run_blocking(_finish, ctx, browser, row, second)
     if url is None:
         return _expired(ctx)
     audit("login.success", user_id=browser.user_id, address=client_ip(request), amr=browser.amr)
@@ -304,7 +313,9 @@ async def submit_code(request: Request) -> Response:
         return guarded
     typed, loaded = guarded
     typed = typed.strip()[:_MAX_CODE]
-    if not typed:
+    if not _offers(loaded[0].amr, loaded[1])[0]:  # a code does not second this sign-in
+        response = _page(ctx, browser, loaded, "A code can't be used for this sign-in.")
+    elif not typed:
         response = _page(ctx, browser, loaded, "Enter the code.")
     else:
         good = await run_blocking(_check_code, ctx, loaded[0].user_id, typed)
@@ -329,6 +340,10 @@ async def submit_passkey(request: Request) -> Response:
     credential, loaded = guarded
     rp = passkey_ceremonies.relying_party(ctx)
     second: list[str] | None = None
+    if not _offers(loaded[0].amr, loaded[1])[1]:  # a passkey does not second a passkey
+        response = _page(ctx, browser, loaded, "A passkey can't be used for this sign-in.")
+        save_session(ctx, browser, response)
+        return response
     if rp is not None and credential:
         try:
             used = await run_blocking(
@@ -336,7 +351,7 @@ async def submit_passkey(request: Request) -> Response:
                 ctx,
                 rp,
                 browser.sid,
-                PURPOSE,
+                _purpose(loaded[0]),
                 credential,
                 loaded[0].user_id,
             )

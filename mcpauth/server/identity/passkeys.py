@@ -38,6 +38,14 @@ def base64url_to_bytes(text: str) -> bytes:
         raise ValueError("not base64url") from exc
 
 
+_BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def is_base64url(text: str) -> bool:
+    """Whether ``text`` is made only of base64url's alphabet (no padding)."""
+    return _BASE64URL.issuperset(text)
+
+
 def bytes_to_base64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -160,7 +168,7 @@ def _document(credential: str) -> dict[str, Any]:
         raise PasskeyRefused("the credential is too large")
     try:
         document = json.loads(credential)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nesting deeper than the parser's stack
         raise PasskeyRefused("the credential is not JSON") from exc
     if not isinstance(document, dict) or not isinstance(document.get("response"), dict):
         raise PasskeyRefused("the credential is not a public-key credential")
@@ -225,6 +233,8 @@ def assertion(credential: str) -> Assertion:
         raise PasskeyRefused("the credential has no id")
     if len(raw_id) > MAX_CREDENTIAL_ID * 4 // 3 + 1:
         raise PasskeyRefused("the credential id is longer than WebAuthn allows")
+    if not is_base64url(raw_id):  # looked up in the database: base64url characters only
+        raise PasskeyRefused("the credential id is not base64url")
     try:
         user = base64url_to_bytes(handle).decode() if isinstance(handle, str) and handle else None
     except _errors() as exc:

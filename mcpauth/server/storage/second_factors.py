@@ -158,13 +158,22 @@ def pending(session: Session, sid_digest: str, now: int) -> PendingSignIn | None
     return row if row is not None and row.expires_at > now else None
 
 
-def take_pending(session: Session, sid_digest: str, now: int) -> PendingSignIn | None:
-    """:func:`pending`, ended: only one request finishes a sign-in."""
-    row = pending(session, sid_digest, now)
-    if row is None:
-        return None
-    taken = changed_rows(session, delete(_PENDING).where(_PENDING.c.digest == sid_digest))
-    return row if taken == 1 else None
+def take_pending(session: Session, checked: PendingSignIn, now: int) -> bool:
+    """End the half-finished sign-in ``checked`` (read by :func:`pending`, then answered):
+    True for the one request that did, and only while the session's row is still that one
+    (the same account, methods and start), so that a first factor posted meanwhile for
+    another account is never completed by the answer checked for this one."""
+    taken = changed_rows(
+        session,
+        delete(_PENDING).where(
+            _PENDING.c.digest == checked.digest,
+            _PENDING.c.user_id == checked.user_id,
+            _PENDING.c.amr == checked.amr,
+            _PENDING.c.created_at == checked.created_at,
+            _PENDING.c.expires_at > now,
+        ),
+    )
+    return taken == 1
 
 
 def forget_user(session: Session, user_id: str) -> None:
