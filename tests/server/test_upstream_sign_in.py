@@ -20,7 +20,12 @@ from starlette.applications import Starlette
 
 from mcpauth.server import Settings, admin, create_app
 from mcpauth.server.config import UpstreamProvider
-from mcpauth.server.storage.models import UpstreamIdentity, UpstreamLogin, User
+from mcpauth.server.storage.models import (
+    BrowserSessionRecord,
+    UpstreamIdentity,
+    UpstreamLogin,
+    User,
+)
 from mcpauth.server.storage.prune import prune
 from mcpauth.server.tokens.grants import jwt_bearer
 
@@ -34,6 +39,7 @@ from ..oauth import (
     register_public_client,
 )
 from .conftest import RESOURCE, add_user
+from .mfa_support import code, post_form, turn_on_app
 from .upstream_fake import FakeProvider
 
 pytestmark = pytest.mark.anyio
@@ -840,3 +846,27 @@ async def test_no_secret_code_or_token_reaches_the_logs(
         "upstream-access-token",
     ):
         assert secret not in logged
+
+
+async def test_an_account_with_a_second_factor_is_asked_for_it_after_the_provider(
+    app: Starlette, http: httpx2.AsyncClient, idp: FakeProvider, clock: Clock
+) -> None:
+    """A provider's sign-in is a first factor like a password: an account that turned an app
+    on is asked for its code before the browser is signed in, and then says both."""
+    page = await http.get("/account")
+    back = await come_back(http, idp.approve((await press(http, page)).headers["location"]))
+    assert back.headers["location"] == f"{ISSUER}/account"
+    secret, _ = await turn_on_app(http, clock)
+    clock.now += 30
+    async with await browser_for(app) as other:
+        page = await other.get("/account")
+        back = await come_back(other, idp.approve((await press(other, page)).headers["location"]))
+        assert back.headers["location"].endswith("/second-factor")
+        assert "Signed in as" not in (await other.get("/account")).text  # not yet
+        step = await other.get("/second-factor")
+        done = await post_form(other, step, "/second-factor/login", code=code(secret, clock))
+        assert done.headers["location"] == f"{ISSUER}/account"
+        assert "Signed in as" in (await other.get("/account")).text
+    with app.state.mcpauth.db.read() as session:
+        amrs = session.execute(select(BrowserSessionRecord.amr)).scalars().all()
+    assert "otp mfa" in amrs

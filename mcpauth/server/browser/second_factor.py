@@ -96,11 +96,14 @@ async def after_first_factor(
     user_id: str,
     amr: str,
     interaction_id: str | None,
+    *,
+    upstream: bool = False,
 ) -> Response:
-    """A first factor (``amr``) proved ``user_id``: on to the second-factor page when the
+    """A first factor (``amr``, or a sign-in through an upstream provider: ``upstream``,
+    which names no method of ours) proved ``user_id``: on to the second-factor page when the
     account has one that completes it, else signed in and on to ``interaction_id`` (or the
     account page). A sign-in step of an application's own (no method of ours) is complete."""
-    first = set(amr.split()) & {methods.PASSWORD, methods.HARDWARE_KEY}
+    first = upstream or bool(set(amr.split()) & {methods.PASSWORD, methods.HARDWARE_KEY})
     if first and not methods.has_two_factors(amr):
         factors = await run_blocking(_factors, ctx.db, user_id)
         if any(_offers(amr, factors)):

@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mcpauth.server.browser import account_links, csrf
+from mcpauth.server.browser import account_links, csrf, second_factor
 from mcpauth.server.browser.login import expired_form, refuse_cross_site, upstream_purpose
 from mcpauth.server.browser.outcomes import AuthorizationRequest, see_other
 from mcpauth.server.browser.pages import error_page
@@ -32,7 +32,6 @@ from mcpauth.server.browser.sessions import (
     BrowserSession,
     load_session,
     save_session,
-    sign_in,
 )
 from mcpauth.server.browser.upstream_pages import (
     ACCOUNT,
@@ -262,8 +261,8 @@ def _finish(
     claims: identities.Claims,
     token: dict[str, Any],
 ) -> tuple[identities.SignedIn | None, Refusal | None]:
-    """Find or make the account, then sign the browser in and move the pending authorization
-    to its new session id; nothing is written when the authorization has gone meanwhile."""
+    """Find or make the account (the caller then signs the browser in, or asks for the
+    account's second factor); nothing is written when the authorization has gone meanwhile."""
     if login.interaction_id is not None:
         pending = _pending_interaction(ctx.db, ctx.now(), login.interaction_id, browser.sid)
         if pending is None:
@@ -297,10 +296,6 @@ def _finish(
             "A local account already has this identity's name, so nothing was linked. "
             "Ask your administrator.",
         )
-    sign_in(ctx, browser, signed_in.user_id)
-    if login.interaction_id is not None:
-        with ctx.db.write() as session:
-            grant_store.rebind_interaction(session, login.interaction_id, browser.sid)
     return signed_in, None
 
 
@@ -322,7 +317,7 @@ async def callback(request: Request) -> Response:
     state = params.get("state", "")
     target = _target_of(state) if len(state) <= MAX_STATE_LENGTH else None
     browser = await load_session(ctx, request)
-    outcome = await _callback(ctx, provider, browser, params, state, target)
+    outcome = await _callback(ctx, request, provider, browser, params, state, target)
     if isinstance(outcome, Refusal):
         audit("upstream.refused", provider=provider.id, reason=outcome.reason)
         return refusal_page(ctx.settings, outcome, target)
@@ -332,6 +327,7 @@ async def callback(request: Request) -> Response:
 
 async def _callback(
     ctx: BrowserServices,
+    request: Request,
     provider: Provider,
     browser: BrowserSession,
     params: dict[str, str],
@@ -406,7 +402,10 @@ async def _callback(
         user_id=signed_in.user_id,
         provisioned=signed_in.created,
     )
-    return see_other(ctx.endpoint_url(_page_of(login)))
+    # an account with a second factor of its own is asked for it, as after a password
+    return await second_factor.after_first_factor(
+        ctx, request, browser, signed_in.user_id, "", login.interaction_id, upstream=True
+    )
 
 
 def _page_of(login: UpstreamLogin) -> str:
