@@ -6,6 +6,7 @@ like passwords; the tokens say how the person signed in (``amr``)."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 from collections.abc import Callable
@@ -236,6 +237,33 @@ async def test_wrong_codes_are_throttled_like_passwords(seeded: Starlette, clock
         page = await second_step(other, await password_step(other))
         late = await post_form(other, page, "/second-factor/login", code=code(secret, clock))
         assert late.status_code == 429
+
+
+async def test_concurrent_wrong_codes_are_never_checked_past_the_limit(
+    seeded: Starlette, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many guesses posted at once from one half-finished sign-in: each is counted before it
+    is checked, so no more than the limit are ever compared, whatever the interleaving."""
+    await signed_in_with_app(seeded, clock)
+    compared: list[str] = []
+    matches = second_factor_module._matches
+
+    def counted(ctx: Any, session: Any, user_id: str, typed: str, now: int) -> bool:
+        compared.append(typed)
+        return matches(ctx, session, user_id, typed, now)
+
+    monkeypatch.setattr(second_factor_module, "_matches", counted)
+    async with browser(seeded) as http:
+        page = await second_step(http, await password_step(http))
+        token = form_to(page, "/second-factor/login").fields["csrf_token"]
+        answers = await asyncio.gather(
+            *(
+                http.post("/second-factor/login", data={"csrf_token": token, "code": f"{n:06d}"})
+                for n in range(40)
+            )
+        )
+    assert len(compared) <= MAX_FAILURES
+    assert sum(a.status_code == 429 for a in answers) >= 40 - MAX_FAILURES
 
 
 async def test_each_recovery_code_works_once(seeded: Starlette, clock: Clock) -> None:

@@ -130,7 +130,7 @@ def address_key(address: str) -> str:
     return f"login:ip:{address_in_key(address)}"
 
 
-def _limits(settings: Settings) -> tuple[lockout.Limit, lockout.Limit]:
+def login_limits(settings: Settings) -> tuple[lockout.Limit, lockout.Limit]:
     account = lockout.Limit(settings.login_max_failures, 900, settings.login_lockout_seconds)
     address = lockout.Limit(
         settings.login_max_failures * IP_FAILURES_PER_ACCOUNT_LIMIT,
@@ -152,7 +152,7 @@ def locked_for(db: Database, now: int, keys: Keys) -> int:
 def record_failure(ctx: BrowserServices, keys: Keys) -> None:
     """Count a failed sign-in step (a password, a second factor, a passkey) against the
     account key (when the account is known) and the address key, each with its limit."""
-    account, address = _limits(ctx.settings)
+    account, address = login_limits(ctx.settings)
     now = ctx.now()
     with ctx.db.write() as session:
         if keys[0] is not None:

@@ -22,6 +22,7 @@ from mcpauth.server.browser.login import (
     expired_form,
     locked_for,
     locked_page,
+    login_limits,
     record_failure,
     refuse_cross_site,
 )
@@ -36,7 +37,7 @@ from mcpauth.server.identity.passkeys import PasskeyRefused
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store, passkeys, second_factors
-from mcpauth.server.storage.database import Database
+from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.models import PendingSignIn
 from mcpauth.server.storage.second_factors import Factors
 from mcpauth.server.threads import run_blocking
@@ -199,28 +200,45 @@ async def page(request: Request) -> Response:
 # the answers
 
 
-def _check_code(ctx: BrowserServices, user_id: str, typed: str) -> bool:
+_LOCKED = "locked"
+
+
+def _check_code(ctx: BrowserServices, user_id: str, typed: str) -> bool | str:
     """Whether ``typed`` is a TOTP code not used before or an unused recovery code of
-    ``user_id``; either is spent by this check."""
+    ``user_id``; either is spent by this check. The attempt is counted against the account
+    before the check, in the same transaction (so concurrent guesses stay within
+    ``login_max_failures``), and the count cleared by a success; ``_LOCKED`` when the
+    account may not try now (nothing was checked)."""
     now = ctx.now()
-    six = totp.normalise_code(typed)
+    key, limit = _keys_of(user_id), login_limits(ctx.settings)[0]
     with ctx.db.write() as session:
-        if six is not None:
-            found = second_factors.totp_secret(
-                session, ctx.second_factor_key, user_id, confirmed=True
-            )
-            if found is None:
-                return False
-            secret, last_step = found
-            step = totp.matching_step(secret, six, now, after=last_step)
-            return step is not None and second_factors.accept_step(
-                session, user_id, step, confirm_at=None
-            )
-        if totp.normalise_recovery_code(typed) is None:
+        attempt = lockout.take_attempt(session, key, now, limit)
+        if attempt is None:
+            return _LOCKED
+        good = _matches(ctx, session, user_id, typed, now)
+        if good:
+            lockout.clear(session, key)
+        else:
+            lockout.failed_attempt(session, key, now, limit, attempt)
+        return good
+
+
+def _matches(ctx: BrowserServices, session: Session, user_id: str, typed: str, now: int) -> bool:
+    six = totp.normalise_code(typed)
+    if six is not None:
+        found = second_factors.totp_secret(session, ctx.second_factor_key, user_id, confirmed=True)
+        if found is None:
             return False
-        return second_factors.use_recovery_code(
-            session, user_id, totp.recovery_digest(user_id, typed), now
+        secret, last_step = found
+        step = totp.matching_step(secret, six, now, after=last_step)
+        return step is not None and second_factors.accept_step(
+            session, user_id, step, confirm_at=None
         )
+    if totp.normalise_recovery_code(typed) is None:
+        return False
+    return second_factors.use_recovery_code(
+        session, user_id, totp.recovery_digest(user_id, typed), now
+    )
 
 
 def _finish(
@@ -257,8 +275,12 @@ async def _posted(
     return value if isinstance(value, str) else ""
 
 
+def _keys_of(user_id: str) -> str:
+    return f"second-factor:user:{user_id}"
+
+
 def _keys(user_id: str, request: Request) -> tuple[str, str]:
-    return f"second-factor:user:{user_id}", address_key(client_ip(request))
+    return _keys_of(user_id), address_key(client_ip(request))
 
 
 async def _answered(
@@ -268,12 +290,15 @@ async def _answered(
     loaded: tuple[PendingSignIn, Factors, list[str]],
     second: list[str] | None,
     error: str,
+    *,
+    account_counted: bool = False,
 ) -> Response:
-    """Where a checked answer leads: on (``second`` holds its methods), or the page again."""
+    """Where a checked answer leads: on (``second`` holds its methods), or the page again
+    (the failure counted against the address, and the account unless ``account_counted``)."""
     row = loaded[0]
     keys = _keys(row.user_id, request)
     if second is None:
-        await run_blocking(record_failure, ctx, keys)
+        await run_blocking(record_failure, ctx, (None, keys[1]) if account_counted else keys)
         audit("login.second_factor_failure", user_id=row.user_id, address=client_ip(request))
         return _page(ctx, browser, loaded, error)
     await run_blocking(_clear, ctx.db, keys[0])
@@ -321,14 +346,27 @@ async def submit_code(request: Request) -> Response:
     elif not typed:
         response = _page(ctx, browser, loaded, "Enter the code.")
     else:
-        good = await run_blocking(_check_code, ctx, loaded[0].user_id, typed)
-        recovery = totp.normalise_code(typed) is None
-        second = [methods.ONE_TIME_CODE] if good else None
-        if good and recovery:
-            audit("login.recovery_code_used", user_id=loaded[0].user_id)
-        response = await _answered(
-            ctx, request, browser, loaded, second, "That code didn't work. Check it and try again."
-        )
+        checked = await run_blocking(_check_code, ctx, loaded[0].user_id, typed)
+        if checked == _LOCKED:  # the account's attempts ran out while this one waited
+            locked = await run_blocking(
+                locked_for, ctx.db, ctx.now(), _keys(loaded[0].user_id, request)
+            )
+            audit("login.locked", user_id=loaded[0].user_id, address=client_ip(request))
+            response = locked_page(max(locked, 1), ctx.endpoint_url(PAGE), ctx.now())
+        else:
+            good = checked is True
+            second = [methods.ONE_TIME_CODE] if good else None
+            if good and totp.normalise_code(typed) is None:
+                audit("login.recovery_code_used", user_id=loaded[0].user_id)
+            response = await _answered(
+                ctx,
+                request,
+                browser,
+                loaded,
+                second,
+                "That code didn't work. Check it and try again.",
+                account_counted=True,
+            )
     save_session(ctx, browser, response)
     return response
 

@@ -29,13 +29,42 @@ def retry_after(session: Session, key: str, now: int) -> int:
 
 def record_failure(session: Session, key: str, now: int, limit: Limit) -> int:
     """Count a failure; returns the lock in seconds it caused (0 if none)."""
-    failures = defences.count_failure(session, key, now, limit.window)
+    return _lock_if_spent(
+        session, key, now, limit, defences.count_failure(session, key, now, limit.window)
+    )
+
+
+def _lock_if_spent(session: Session, key: str, now: int, limit: Limit, failures: int) -> int:
+    """Lock ``key`` once its ``failures`` reach the limit, doubling with each one past it;
+    the lock in seconds (0 if none)."""
     if failures < limit.failures:
         return 0
     excess = failures - limit.failures
     lock = int(min(limit.lockout * (1 << min(excess, 12)), MAX_LOCK_SECONDS))
     defences.lock(session, key, now + lock)
     return lock
+
+
+def take_attempt(session: Session, key: str, now: int, limit: Limit) -> int | None:
+    """Count an attempt at a guessable secret *before* it is checked, in the transaction that
+    checks it: the attempt's number in the window, or None (nothing to check) when ``key`` is
+    locked or the attempt is past the limit. Counting first keeps concurrent guesses within
+    the limit: the count is one atomic statement, where a read of the lock followed by a
+    failure counted later lets every request that read "unlocked" be checked. The caller
+    clears the key on success (:func:`clear`) or calls :func:`failed_attempt`."""
+    if retry_after(session, key, now):
+        return None
+    failures = defences.count_failure(session, key, now, limit.window)
+    if failures > limit.failures:
+        _lock_if_spent(session, key, now, limit, failures)
+        return None
+    return failures
+
+
+def failed_attempt(session: Session, key: str, now: int, limit: Limit, attempt: int) -> None:
+    """The attempt :func:`take_attempt` numbered ``attempt`` failed: the key locks when it
+    was the last one allowed."""
+    _lock_if_spent(session, key, now, limit, attempt)
 
 
 def clear(session: Session, key: str) -> None:
