@@ -489,3 +489,53 @@ async def test_an_assertion_whose_id_is_not_base64url_is_refused_in_words(
         answer["id"] = answer["rawId"] = "a\u0000b"
         posted = await post_passkey(http, page, "get", json.dumps(answer))
     assert refused(posted), posted.text
+
+
+def test_two_removals_at_once_leave_a_passwordless_account_its_last_passkey(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests remove the two passkeys of an account that has nothing else: each counts
+    the passkeys and deletes one. Decided one at a time (the user's row locked), the second
+    sees the last one and is refused; counted side by side, both would delete."""
+    import contextlib
+    import threading
+
+    from mcpauth.server.browser import account_security
+    from mcpauth.server.storage import identities
+    from mcpauth.server.storage.models import Passkey
+
+    ctx = app.state.mcpauth
+    carol = add_user(app, "carol", "!")  # signs in with passkeys only
+    with ctx.db.write() as session:
+        for name in ("a", "b"):
+            session.add(
+                Passkey(credential_id=name, user_id=carol, public_key="k", created_at=ctx.now())
+            )
+    side_by_side = threading.Barrier(2, timeout=1.0)
+    counted = passkeys.count
+
+    def count_together(session: Any, user_id: str) -> int:
+        found = counted(session, user_id)
+        # both requests hold their count here, if they can; else the other one waits for
+        # this one's transaction and the two are decided in turn
+        with contextlib.suppress(threading.BrokenBarrierError):
+            side_by_side.wait()
+        return found
+
+    monkeypatch.setattr(passkeys, "count", count_together)
+    outcomes: list[object] = []
+
+    def remove(credential_id: str) -> None:
+        try:
+            outcomes.append(account_security._remove_passkey(ctx, carol, credential_id))
+        except identities.LastWayIn as refused:
+            outcomes.append(refused)
+
+    threads = [threading.Thread(target=remove, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    with ctx.db.read() as session:
+        assert counted(session, carol) == 1
+    assert sorted(type(o).__name__ for o in outcomes) == ["LastWayIn", "bool"]

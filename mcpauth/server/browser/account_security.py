@@ -35,7 +35,7 @@ from mcpauth.server.identity.passkeys import PasskeyRefused
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import identities, passkeys, second_factors
 from mcpauth.server.storage.database import Session
-from mcpauth.server.storage.lookups import get_user
+from mcpauth.server.storage.lookups import get_user, lock_user
 from mcpauth.server.storage.models import User
 from mcpauth.server.threads import run_blocking
 
@@ -353,7 +353,7 @@ async def add_passkey(request: Request) -> Response:
 
 def _remove_passkey(ctx: BrowserServices, user_id: str, credential_id: str) -> bool:
     with ctx.db.write() as session:
-        user = get_user(session, user_id)
+        user = lock_user(session, user_id)  # two removals at once: the second counts after
         if user is None:
             return False
         password = ctx.settings.local_accounts and identities.has_password(user.password_hash)

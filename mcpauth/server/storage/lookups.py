@@ -22,6 +22,13 @@ def get_user(session: Session, user_id: str) -> User | None:
     return session.get(User, user_id)
 
 
+def lock_user(session: Session, user_id: str) -> User | None:
+    """The user ``user_id``, its row locked until the transaction ends (PostgreSQL's FOR
+    UPDATE; SQLite's write transactions already run one at a time): a change that must leave
+    the account a way in (removing its last passkey) is decided one request at a time."""
+    return session.exec(select(User).where(User.id == user_id).with_for_update()).first()
+
+
 def user_by_name(session: Session, username: str) -> User | None:
     return session.exec(select(User).where(User.username == username)).first()
 
