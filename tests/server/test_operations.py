@@ -199,3 +199,16 @@ async def test_the_token_endpoint_answers_other_methods_with_405_and_allows_cors
     assert refused.status_code == 401
     assert refused.headers["access-control-allow-origin"] == "*"
     assert refused.headers["cache-control"] == "no-store"
+
+
+def test_an_ipv6_caller_is_throttled_by_its_64_network() -> None:
+    """A host that can choose any of its 2^64 addresses counts as one address in every
+    throttle and rate limit; IPv4 (and IPv4-mapped) addresses count as themselves."""
+    from mcpauth.server.operations.size_limits import address_in_key
+
+    same = {address_in_key(a) for a in ("2001:db8:1:2::9", "2001:db8:1:2:ffff:1:2:3")}
+    assert same == {"2001:db8:1:2::/64"}
+    assert address_in_key("2001:db8:1:3::9") != address_in_key("2001:db8:1:2::9")
+    assert address_in_key("fe80::1%eth0") == "fe80::/64"
+    assert address_in_key("::ffff:192.0.2.1") == "::ffff:192.0.2.1"
+    assert address_in_key("192.0.2.1") == "192.0.2.1"

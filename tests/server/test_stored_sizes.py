@@ -185,7 +185,10 @@ def test_every_string_column_has_a_ceiling_that_fits_it() -> None:
         if isinstance(ceiling, int) and length is not None:
             assert ceiling <= length, f"{name}: a {ceiling}-character value does not fit"
     assert len(limits.address_in_key("x" * 1000)) <= limits.MAX_ADDRESS_LENGTH
-    assert limits.address_in_key("2001:db8::1") == "2001:db8::1"
+    assert limits.address_in_key("192.0.2.1") == "192.0.2.1"
+    assert limits.address_in_key("2001:db8::1") == "2001:db8::/64"  # an IPv6 caller's network
+    widest = limits.address_in_key("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
+    assert len(widest) <= limits.MAX_ADDRESS_LENGTH
 
 
 def rows(app: Starlette, model: type) -> int:

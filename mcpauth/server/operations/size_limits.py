@@ -6,6 +6,7 @@ each fits its column (``tests/server/test_stored_sizes.py`` keeps the two in ste
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 
 # OAuth 2.1 §4.1.1: ``state`` is echoed in the redirect; longer ones are refused on a page
 MAX_STATE_LENGTH = 1024
@@ -40,9 +41,18 @@ MAX_ADDRESS_LENGTH = 64
 
 
 def address_in_key(address: str) -> str:
-    """``address`` as a throttle or rate-limit key part: itself, or its digest when longer
-    than :data:`MAX_ADDRESS_LENGTH` (a key never outgrows its column, a long value still
-    counts as one address)."""
+    """``address`` as a throttle or rate-limit key part: an IPv6 address as its /64 network
+    (one subscriber's allocation: a host that can pick any of 2^64 addresses is one caller,
+    RFC 6177), any other address itself, or its digest when longer than
+    :data:`MAX_ADDRESS_LENGTH` (a key never outgrows its column, a long value still counts as
+    one address)."""
+    if ":" in address:
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is None:
+            return str(ipaddress.IPv6Network((int(parsed) >> 64 << 64, 64)))
     if len(address) <= MAX_ADDRESS_LENGTH:
         return address
     return "sha256:" + hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:32]
