@@ -153,3 +153,55 @@ async def test_asx2_the_client_must_authenticate(
         },
     )
     assert response.status_code == 401
+
+
+async def test_asx2_the_assertions_amr_is_carried_into_the_token(
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
+) -> None:
+    response = await exchange(http, ema_client, id_jag(ema_client["client_id"], amr=["pwd"]))
+    assert response.status_code == 200, response.text
+    assert jwt.unverified_claims(response.json()["access_token"])["amr"] == ["pwd"]
+    without = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
+    assert "amr" not in jwt.unverified_claims(without.json()["access_token"])  # none said
+
+
+@pytest.mark.parametrize("amr", [None, ["pwd"], ["pwd", "otp"], "mfa", [["mfa"]]])
+async def test_asx2_a_resource_that_requires_two_factors_needs_mfa_in_the_assertion(
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], seeded: Starlette, amr: Any
+) -> None:
+    """docs/security.md T49: an ID-JAG for a one-factor sign-in (or one that says nothing of
+    it, or says it in a form that is not an array of methods) reaches no resource that requires
+    two factors."""
+    admin.edit_resource(seeded.state.mcpauth, RESOURCE, require_mfa=True)
+    response = await exchange(http, ema_client, id_jag(ema_client["client_id"], amr=amr))
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_grant"
+    assert "requires a second factor" in response.json()["error_description"]
+
+
+async def test_asx2_an_assertion_with_mfa_reaches_a_resource_that_requires_it(
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
+) -> None:
+    admin.edit_resource(seeded.state.mcpauth, RESOURCE, require_mfa=True)
+    amr = ["pwd", "otp", "mfa"]
+    response = await exchange(http, ema_client, id_jag(ema_client["client_id"], amr=amr))
+    assert response.status_code == 200, response.text
+    keys = jwt.key_set(seeded.state.mcpauth.keys.jwks())
+    claims = jwt.verify(response.json()["access_token"], keys, issuer=ISSUER, audience=RESOURCE)
+    assert claims["amr"] == amr
+
+
+async def test_asx2_the_server_setting_requires_mfa_in_every_assertion(
+    make_settings: Callable[..., Settings], password_hash: str
+) -> None:
+    jwks = {"keys": [jwt.public_jwk(IDP_KEY.public_key(), kid="idp-1", alg="ES256")]}
+    app = create_app(make_settings(trusted_idps={IDP: json.dumps(jwks)}, require_mfa=True))
+    admin.add_resource(app.state.mcpauth, RESOURCE, scopes=["mcp:tools"], is_default=True)
+    client = admin.add_client(app.state.mcpauth, name="Enterprise agent", grant_types=[GRANT])
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
+        one = await exchange(http, client, id_jag(client["client_id"], amr=["pwd"]))
+        two = await exchange(http, client, id_jag(client["client_id"], amr=["pwd", "mfa"]))
+    assert one.status_code == 400
+    assert one.json()["error"] == "invalid_grant"
+    assert two.status_code == 200, two.text

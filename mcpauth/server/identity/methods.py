@@ -51,3 +51,14 @@ def as_claim(amr: str) -> list[str] | None:
     """The ``amr`` claim of a token (OpenID Connect Core §2, RFC 9068 §2.2.1); None when the
     sign-in named no method."""
     return amr.split() or None
+
+
+def from_claim(claim: object) -> str:
+    """The methods an ``amr`` claim names (a JSON array of strings), as stored: none when the
+    claim is absent or is not such an array, and no value that could not be stored (a space in
+    it, or empty)."""
+    if not isinstance(claim, list):
+        return ""
+    return joined(
+        value for value in claim if isinstance(value, str) and value and value.split() == [value]
+    )

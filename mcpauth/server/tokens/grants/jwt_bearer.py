@@ -2,7 +2,12 @@
 enterprise-managed authorization extension (MCP AS-X2; RFC 7521 §5.2, RFC 7523 §3): the
 identity provider vouches for a user, this server issues an access token for that user. An
 assertion from a configured workload issuer goes to :mod:`.workload` instead. The issuer's keys
-are loaded first, on the event loop (:func:`load_keys`), never in the request's worker thread."""
+are loaded first, on the event loop (:func:`load_keys`), never in the request's worker thread.
+
+How the person signed in at the identity provider is the assertion's ``amr`` (an ID-JAG may
+carry the ``amr`` of the sign-in it stands for, as an ID token does): the access token carries
+it on, and a resource that requires two factors is reached only with ``mfa`` in it
+(docs/security.md T49)."""
 
 from __future__ import annotations
 
@@ -21,13 +26,14 @@ from mcpauth.errors import (
 from mcpauth.oauth import JWT_BEARER
 from mcpauth.server.authorization import checks
 from mcpauth.server.config import Settings
+from mcpauth.server.identity import methods
 from mcpauth.server.identity.trusted_issuers import IdentityProviders
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
 from mcpauth.server.storage import identities
 from mcpauth.server.storage.defences import record_jti
 from mcpauth.server.storage.lookups import find_or_add_user
-from mcpauth.server.storage.models import Client
+from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.grants import workload
 from mcpauth.server.tokens.issuance import (
     Issuance,
@@ -117,6 +123,23 @@ def _check_claims(
     return resource
 
 
+def _sign_in_methods(settings: Settings, claims: dict[str, Any], resource: Resource) -> str:
+    """How the identity provider says the person signed in (the assertion's ``amr``).
+
+    Raises:
+        InvalidGrant: ``resource`` requires two factors and the assertion does not say the
+            person signed in with two (RFC 7521 §5.2: an assertion this server will not honour
+            is ``invalid_grant``).
+    """
+    amr = methods.from_claim(claims.get("amr"))
+    if checks.requires_two_factors(settings, resource) and not methods.has_two_factors(amr):
+        raise InvalidGrant(
+            f"{resource.name or resource.uri} requires a second factor: the assertion's amr "
+            "must say the person signed in with two (mfa)"
+        )
+    return amr
+
+
 def local_username(issuer: str, subject: str) -> str:
     """The local username standing for an identity provider's subject, the one an upstream
     sign-in of the same subject gets (:func:`mcpauth.server.storage.identities.local_username`),
@@ -155,6 +178,7 @@ def issue(
     now = ctx.now()
     resource = checks.resolve_resource(ctx.resources.current(), resource_uri)
     require_proof(client, resource, jkt)
+    amr = methods.as_claim(_sign_in_methods(ctx.settings, claims, resource))
     requested = checks.parse_scope(form.get("scope") or claims.get("scope"))
     # a token for the person the IdP names, without a refresh token or an ID token
     scopes = checks.resolve_scopes(
@@ -167,6 +191,8 @@ def issue(
             raise InvalidGrant("The assertion was already used")
         user_id = find_or_add_user(session, username, now)
         person = person_claims(session, resource, user_id)  # an ID-JAG names a person
+    if amr is not None:
+        person["amr"] = amr
     token = access_token_claims(
         ctx.settings,
         subject=user_id,

@@ -2,7 +2,8 @@
 token revokes the whole family (OAuth 2.1 §4.3.1, RFC 9700 §4.14.2; docs/security.md T13),
 except the same client (and DPoP key) presenting it again within `refresh_token_reuse_grace`
 of its rotation, which gets a new pair from the same grant; scopes may narrow, never widen; the
-resource stays the grant's."""
+resource stays the grant's. A grant made with one factor refreshes no longer once its resource
+(or the server) requires two (docs/security.md T49)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from mcpauth.oauth import parse_scope, same_secret
 from mcpauth.server.authorization import checks
 from mcpauth.server.authorization.resources import Resources
 from mcpauth.server.crypto import digest
+from mcpauth.server.identity import methods
 from mcpauth.server.operations.logs import audit
 from mcpauth.server.storage import grant_store
 from mcpauth.server.storage.database import Connection, Record
@@ -98,6 +100,13 @@ def _rotate(
         return InvalidDPoPProof(
             "The refresh token is bound to a DPoP key: present a proof signed with that key"
         )
+    resource = resources.by_uri.get(grant.resource)
+    # docs/security.md T49: the resource (or the server) came to require two factors after a
+    # one-factor sign-in made this grant; the person signs in again to reach it
+    if checks.requires_two_factors(ctx.settings, resource) and not methods.has_two_factors(
+        grant.amr
+    ):
+        return InvalidGrant("The resource now requires a second factor: sign in again")
     try:
         scopes = _requested(form, token, resources.by_uri.get(token.resource))
         require_proof(client, resources.by_uri.get(token.resource), jkt)
@@ -107,7 +116,6 @@ def _rotate(
     # lost to a concurrent use that rotated it first: this request is then its replay
     if not rotated and not _replayed(conn, client, token, now, grace):
         return _reused(conn, client, grant.id, now)
-    resource = resources.by_uri.get(grant.resource)
     issuance = for_grant(ctx.settings, conn, grant, scopes, now, resource=resource, jkt=jkt)
     # RFC 6749 §6: the new refresh token keeps the original scope (and its DPoP key)
     issuance.refresh_token = add_refresh_token(

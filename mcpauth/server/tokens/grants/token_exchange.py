@@ -13,7 +13,9 @@ whose tokens it may present, usually its own URL) and ``exchange_to`` (the resou
 tokens for). The new token lives no longer than the subject token, carries its grant (revoking
 the user's grant revokes it too), has scopes of the target resource that the client may have,
 and gets no refresh token; it carries the claims about the person that the target resource asks
-for, read at the exchange. Every exchange is audited.
+for, read at the exchange, and how they signed in (the subject token's ``amr``). A person's
+token is exchanged for a resource that requires two factors only when it says they signed in
+with two (``amr`` ``mfa``; docs/security.md T49). Every exchange is audited.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from mcpauth.errors import (
 )
 from mcpauth.oauth import TOKEN_EXCHANGE, format_scope
 from mcpauth.server.authorization import checks
+from mcpauth.server.identity import methods
 from mcpauth.server.identity.kept_tokens import TokensGone, fresh_tokens
 from mcpauth.server.identity.upstream import Provider, UpstreamUnavailable
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage.models import Client
+from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.introspection import access_token_claims as verified_claims
 from mcpauth.server.tokens.issuance import (
     Issuance,
@@ -128,6 +131,24 @@ def _upstream_token(
     )
 
 
+def _sign_in_methods(ctx: TokenServices, subject: dict[str, Any], resource: Resource) -> str:
+    """How the subject token's person signed in (its ``amr``), which the new token carries on.
+
+    Raises:
+        InvalidRequest: ``resource`` requires two factors and the subject token does not say
+            its person signed in with two. RFC 8693 §2.2.2 makes an unacceptable subject token
+            ``invalid_request`` (as an inactive one is here); the caller's own sign-in is what
+            falls short, not the target (``invalid_target``) nor a grant of this client's.
+    """
+    amr = methods.from_claim(subject.get("amr"))
+    if checks.requires_two_factors(ctx.settings, resource) and not methods.has_two_factors(amr):
+        raise InvalidRequest(
+            f"{resource.name or resource.uri} requires a second factor and the subject_token's "
+            "person signed in with one: they must sign in again with two"
+        )
+    return amr
+
+
 def exchange(
     ctx: TokenServices, client: Client, form: dict[str, str], *, jkt: str | None = None
 ) -> Issuance:
@@ -160,9 +181,12 @@ def exchange(
     person: dict[str, Any] = {}
     if "gty" in subject:  # a machine's token: the exchanged one stays marked as a machine's
         person = {"gty": subject["gty"]}
-    else:  # a person's: their claims, as the target resource asks
+    else:  # a person's: their claims, as the target resource asks, and how they signed in
+        amr = methods.as_claim(_sign_in_methods(ctx, subject, resource))
         with ctx.db.read() as session:
             person = person_claims(session, resource, str(subject["sub"]))
+        if amr is not None:
+            person["amr"] = amr
     claims = access_token_claims(
         ctx.settings,
         subject=str(subject["sub"]),
