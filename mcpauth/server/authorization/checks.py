@@ -10,7 +10,6 @@ from mcpauth import oauth
 from mcpauth.errors import InvalidGrant, InvalidRequest, InvalidScope, InvalidTarget
 from mcpauth.oauth import IDENTITY_SCOPES, OFFLINE_ACCESS, s256, same_secret
 from mcpauth.server.authorization.resources import Resources
-from mcpauth.server.config import Settings
 from mcpauth.server.operations.size_limits import MAX_SCOPES
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.uris import URIError, canonical_resource, without_trailing_slash
@@ -91,14 +90,6 @@ def resolve_resource(resources: Resources, requested: str | None) -> Resource:
     if resource is None:
         raise InvalidTarget(f"resource {canonical} is not served by this authorization server")
     return resource
-
-
-def requires_two_factors(settings: Settings, resource: Resource | None) -> bool:
-    """Whether a person's token for ``resource`` needs a sign-in with two factors (``amr``
-    ``mfa``): the resource was registered with ``--require-mfa``, or the server's
-    ``require_mfa`` asks it of every resource (docs/security.md T49). The one rule the browser's
-    step up, token exchange, the ID-JAG grant and refreshes all apply."""
-    return settings.require_mfa or (resource is not None and resource.require_mfa)
 
 
 def machine_scopes(resource: Resource, client: Client) -> list[str]:

@@ -11,7 +11,6 @@ from starlette.responses import Response
 
 from mcpauth.errors import AccessDenied, OAuthError
 from mcpauth.oauth import format_scope, parse_scope
-from mcpauth.server.authorization import checks
 from mcpauth.server.browser import csrf, verification
 from mcpauth.server.browser.display import ClientView, client_view, redirect_view, scope_words
 from mcpauth.server.browser.login import expired_form, expired_sign_in, refuse_cross_site
@@ -242,7 +241,7 @@ def _step_up_for(ctx: BrowserServices, req: AuthorizationRequest) -> str | None:
     or the server requires them), or None."""
     with ctx.db.read() as session:
         resource = get_resource(session, req.resource)
-    if not checks.requires_two_factors(ctx.settings, resource):
+    if not methods.required(ctx.settings, resource):
         return None
     return resource.name if resource is not None and resource.name else req.resource
 

@@ -17,6 +17,11 @@ its own here (the provider's methods are its own); a second factor after it adds
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcpauth.server.config import Settings
+    from mcpauth.server.storage.models import Resource
 
 PASSWORD = "pwd"
 ONE_TIME_CODE = "otp"
@@ -45,6 +50,14 @@ def with_second_factor(first: str, second: Iterable[str]) -> str:
 
 def has_two_factors(amr: str) -> bool:
     return MULTIPLE_FACTORS in amr.split()
+
+
+def required(settings: Settings, resource: Resource | None) -> bool:
+    """Whether a person's token for ``resource`` needs a sign-in with two factors (``mfa``):
+    the resource was registered with ``--require-mfa``, or the server's ``require_mfa`` asks it
+    of every resource (docs/security.md T49). The one rule the browser's step up, token
+    exchange, the ID-JAG grant and refreshes all apply."""
+    return settings.require_mfa or (resource is not None and resource.require_mfa)
 
 
 def as_claim(amr: str) -> list[str] | None:

@@ -132,7 +132,7 @@ def _sign_in_methods(settings: Settings, claims: dict[str, Any], resource: Resou
             is ``invalid_grant``).
     """
     amr = methods.from_claim(claims.get("amr"))
-    if checks.requires_two_factors(settings, resource) and not methods.has_two_factors(amr):
+    if methods.required(settings, resource) and not methods.has_two_factors(amr):
         raise InvalidGrant(
             f"{resource.name or resource.uri} requires a second factor: the assertion's amr "
             "must say the person signed in with two (mfa)"

@@ -103,9 +103,7 @@ def _rotate(
     resource = resources.by_uri.get(grant.resource)
     # docs/security.md T49: the resource (or the server) came to require two factors after a
     # one-factor sign-in made this grant; the person signs in again to reach it
-    if checks.requires_two_factors(ctx.settings, resource) and not methods.has_two_factors(
-        grant.amr
-    ):
+    if methods.required(ctx.settings, resource) and not methods.has_two_factors(grant.amr):
         return InvalidGrant("The resource now requires a second factor: sign in again")
     try:
         scopes = _requested(form, token, resources.by_uri.get(token.resource))

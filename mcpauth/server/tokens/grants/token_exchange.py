@@ -141,7 +141,7 @@ def _sign_in_methods(ctx: TokenServices, subject: dict[str, Any], resource: Reso
             falls short, not the target (``invalid_target``) nor a grant of this client's.
     """
     amr = methods.from_claim(subject.get("amr"))
-    if checks.requires_two_factors(ctx.settings, resource) and not methods.has_two_factors(amr):
+    if methods.required(ctx.settings, resource) and not methods.has_two_factors(amr):
         raise InvalidRequest(
             f"{resource.name or resource.uri} requires a second factor and the subject_token's "
             "person signed in with one: they must sign in again with two"
