@@ -198,7 +198,9 @@ class Settings(BaseModel):
     authenticator app's code, or a passkey that verifies the person) before any client is
     authorized; a session with one is asked for the second, and a person without any is told to
     set one up on the account page. `mcpauth resources add URI --require-mfa` asks it for one
-    resource only."""
+    resource only. Token exchange and ID-JAG tokens need `mfa` in the caller's token's or the
+    assertion's `amr`, and a grant made with one factor stops refreshing (docs/security.md
+    T49)."""
     workloads: tuple[WorkloadRule, ...] = ()
     """Workload identity federation: which platform tokens the jwt-bearer grant accepts and the
     client each acts as, one `[[mcpauth.workloads]]` table each (a JSON array in the
