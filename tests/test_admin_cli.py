@@ -132,3 +132,83 @@ def test_reset_mfa_says_what_it_removed_and_refuses_an_unknown_user(
     }
     assert main(["users", "reset-mfa", "nobody", *database]) == 2
     assert "no user 'nobody'" in _one_line_error(capsys)
+
+
+def _add_user(database: list[str], monkeypatch: pytest.MonkeyPatch, *extra: str) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a long password\n")))
+    assert main(["users", "add", "alice", "--password-stdin", *extra, *database]) == 0
+
+
+def test_an_administrator_is_added_granted_and_dropped_and_each_change_is_audited(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    _add_user(database, monkeypatch, "--admin")
+    capsys.readouterr()
+    assert main(["users", "list", *database]) == 0
+    assert [u["admin"] for u in json.loads(capsys.readouterr().out)] == [True]
+    assert main(["users", "admin", "alice", "--drop", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["admin"] is False
+    assert main(["users", "admin", "alice", "--grant", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["admin"] is True
+    assert main(["users", "admin", "nobody", "--grant", *database]) == 2
+    assert "no user 'nobody'" in _one_line_error(capsys)
+    assert main(["audit", "search", "--user", "alice", "--event", "admin.", *database]) == 0
+    events = json.loads(capsys.readouterr().out)
+    assert [e["event"] for e in events] == [
+        "admin.admin_granted",
+        "admin.admin_dropped",
+        "admin.user_added",
+    ]
+    assert {e["actor"] for e in events} == {"command line"}
+    assert events[-1]["details"]["admin"] == "True"
+
+
+def test_users_admin_needs_grant_or_drop(
+    database: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["users", "admin", "alice", *database])
+    assert exited.value.code == 2
+
+
+def test_audit_search_filters_by_event_client_and_time_and_refuses_a_bad_time(
+    database: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    assert main(["resources", "add", "https://mcp.example.com/mcp", *database]) == 0
+    assert main(["keys", "rotate", *database]) == 0
+    capsys.readouterr()
+    assert main(["audit", "search", "--event", "admin.keys_rotated", *database]) == 0
+    rotated = json.loads(capsys.readouterr().out)
+    assert [e["event"] for e in rotated] == ["admin.keys_rotated"]
+    assert rotated[0]["details"]["kid"]
+    assert main(["audit", "search", "--since", "2999-01-01", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["audit", "search", "--until", "1000", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["audit", "search", "--client", "nobody", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["audit", "search", "--since", "yesterday", *database]) == 2
+    assert "--since: not a time" in _one_line_error(capsys)
+    assert main(["audit", "search", "--limit", "0", *database]) == 2
+    assert "--limit" in _one_line_error(capsys)
+
+
+def test_a_persons_grants_are_listed_and_revoked_and_her_sessions_ended(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    _add_user(database, monkeypatch)
+    capsys.readouterr()
+    assert main(["users", "grants", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["users", "sessions", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["users", "sign-out", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ended": 0}
+    assert main(["users", "revoke", "alice", *database]) == 2
+    assert "no live grant of 'alice'" in _one_line_error(capsys)

@@ -7,12 +7,24 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from mcpauth.cli import clients, db, demo, idps, keys, login, proxy, resources, serve, users
+from mcpauth.cli import (
+    audit,
+    clients,
+    db,
+    demo,
+    idps,
+    keys,
+    login,
+    proxy,
+    resources,
+    serve,
+    users,
+)
 from mcpauth.cli._shared import Handler
 from mcpauth.errors import MCPAuthError
 
 # in the order `mcpauth --help` lists them
-GROUPS = (serve, users, resources, clients, idps, keys, db, proxy, login, demo)
+GROUPS = (serve, users, resources, clients, idps, keys, audit, db, proxy, login, demo)
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:

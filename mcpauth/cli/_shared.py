@@ -122,9 +122,11 @@ def settings(args: argparse.Namespace, **flags: Any) -> Any:
 
 
 def open_admin(args: argparse.Namespace) -> Any:
-    """The server context an admin command works on (:func:`mcpauth.server.admin.open_context`)."""
-    from mcpauth.server.admin import open_context
+    """The server context an admin command works on (:func:`mcpauth.server.admin.open_context`);
+    what it changes is audited as done on the command line."""
+    from mcpauth.server.admin import acting_admin, open_context
 
+    acting_admin.set("command line")
     return open_context(settings(args))
 
 

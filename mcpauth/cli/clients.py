@@ -1,5 +1,5 @@
-"""``mcpauth clients add|list|remove``: clients an operator registers (printed with their
-credentials once)."""
+"""``mcpauth clients add|list|remove|disable|enable``: clients an operator registers (printed
+with their credentials once), and any client disabled or enabled again."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def add_parser(sub: Any) -> None:
         add_help="pre-register a client; prints its credentials once",
         noun="client",
         key="client_id",
+        more=_disable_parsers,
     ) as p:
         p.add_argument("--name", required=True)
         p.add_argument("--redirect-uri", action="append", default=[], metavar="U")
@@ -54,6 +55,13 @@ def add_parser(sub: Any) -> None:
         )
 
 
+def _disable_parsers(actions: Any) -> None:
+    actions.add_parser(
+        "disable", help="refuse a client everywhere (its grants are kept)"
+    ).add_argument("client_id")
+    actions.add_parser("enable", help="accept a disabled client again").add_argument("client_id")
+
+
 def cmd_clients(args: argparse.Namespace) -> int:
     from mcpauth.server import admin
 
@@ -76,6 +84,10 @@ def cmd_clients(args: argparse.Namespace) -> int:
         ),
         listing=admin.list_clients,
         remove=lambda ctx: admin.remove_client(ctx, args.client_id),
+        others={
+            "disable": lambda ctx: admin.disable_client(ctx, args.client_id, True),
+            "enable": lambda ctx: admin.disable_client(ctx, args.client_id, False),
+        },
     )
 
 

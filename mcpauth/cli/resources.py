@@ -52,6 +52,13 @@ def _edit_parser(actions: Any) -> None:
     edit.add_argument(
         "--require-mfa", action=argparse.BooleanOptionalAction, default=None, help=_REQUIRE_MFA
     )
+    edit.add_argument(
+        "--scope",
+        action="append",
+        default=None,
+        metavar="S[=DESCRIPTION]",
+        help="its scopes, replacing them all (repeatable)",
+    )
 
 
 def cmd_resources(args: argparse.Namespace) -> int:
@@ -73,6 +80,8 @@ def cmd_resources(args: argparse.Namespace) -> int:
         listing=admin.list_resources,
         remove=lambda ctx: admin.remove_resource(ctx, args.uri),
         others={
-            "edit": lambda ctx: admin.edit_resource(ctx, args.uri, require_mfa=args.require_mfa)
+            "edit": lambda ctx: admin.edit_resource(
+                ctx, args.uri, require_mfa=args.require_mfa, scopes=args.scope
+            )
         },
     )

@@ -1,4 +1,5 @@
-"""``mcpauth users add|list|remove|reset-mfa``: the people who sign in with a password."""
+"""``mcpauth users add|list|remove|reset-mfa|admin|grants|revoke|sessions|sign-out``: the people
+who sign in, the administrators among them, and what they have authorized."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ def add_parser(sub: Any) -> None:
     ) as p:
         p.add_argument("name")
         p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+        p.add_argument(
+            "--admin", action="store_true", help="an administrator (may use the admin console)"
+        )
 
 
 def _reset_parser(actions: Any) -> None:
@@ -33,6 +37,20 @@ def _reset_parser(actions: Any) -> None:
         help="remove a user's second factors (authenticator app, recovery codes, passkeys)",
     )
     reset.add_argument("name")
+    admin = actions.add_parser("admin", help="make a user an administrator, or no longer one")
+    admin.add_argument("name")
+    either = admin.add_mutually_exclusive_group(required=True)
+    either.add_argument("--grant", action="store_true", help="may use the admin console")
+    either.add_argument("--drop", action="store_true", help="may no longer use it")
+    actions.add_parser("grants", help="a user's live grants").add_argument("name")
+    revoke = actions.add_parser(
+        "revoke", help="revoke a user's grants (her refresh tokens stop working at once)"
+    )
+    revoke.add_argument("name")
+    revoke.add_argument("--client", metavar="CLIENT_ID", help="only this client's grants")
+    revoke.add_argument("--grant-id", metavar="ID", help="only this grant")
+    actions.add_parser("sessions", help="a user's signed-in browser sessions").add_argument("name")
+    actions.add_parser("sign-out", help="end every browser session of a user").add_argument("name")
 
 
 def cmd_users(args: argparse.Namespace) -> int:
@@ -40,10 +58,21 @@ def cmd_users(args: argparse.Namespace) -> int:
 
     return run_record_action(
         args,
-        add=lambda ctx: admin.add_user(ctx, args.name, _read_password(args)),
+        add=lambda ctx: admin.add_user(ctx, args.name, _read_password(args), admin=args.admin),
         listing=admin.list_users,
         remove=lambda ctx: admin.remove_user(ctx, args.name),
-        others={"reset-mfa": lambda ctx: admin.reset_mfa(ctx, args.name)},
+        others={
+            "reset-mfa": lambda ctx: admin.reset_mfa(ctx, args.name),
+            "admin": lambda ctx: admin.set_admin(ctx, args.name, args.grant),
+            "grants": lambda ctx: admin.user_grants(ctx, args.name),
+            "revoke": lambda ctx: {
+                "revoked": admin.revoke_grants(
+                    ctx, args.name, client_id=args.client, grant_id=args.grant_id
+                )
+            },
+            "sessions": lambda ctx: admin.user_sessions(ctx, args.name),
+            "sign-out": lambda ctx: {"ended": admin.end_sessions(ctx, args.name)},
+        },
     )
 
 

@@ -1,7 +1,8 @@
-"""The administrative commands behind ``mcpauth users|resources|clients|keys|db``: each works
-on the same database as ``serve``, and returns the typed values of
-:mod:`mcpauth.server.admin_results` (plain JSON objects at run time, as the commands print
-them)."""
+"""The administrative commands behind ``mcpauth users|resources|clients|keys|audit|db`` and the
+admin console (``/admin``): each works on the same database as ``serve``, returns the typed
+values of :mod:`mcpauth.server.admin_results` (plain JSON objects at run time, as the commands
+print them), and every change is audited (an ``admin.*`` event naming the acting
+administrator, :data:`acting_admin`, written to the audit trail at once)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import asyncio
 import functools
 import json
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from mcpauth.errors import ConfigurationError, OAuthError
 from mcpauth.oauth import format_scope
 from mcpauth.server.admin_results import (
+    AuditEntry,
     ClientInfo,
     ClientListing,
     KeyInfo,
@@ -21,7 +24,9 @@ from mcpauth.server.admin_results import (
     MfaReset,
     ResourceInfo,
     RotatedKey,
+    SessionInfo,
     UpstreamInfo,
+    UserGrant,
     UserInfo,
     UserListing,
 )
@@ -30,7 +35,7 @@ from mcpauth.server.clients import records
 from mcpauth.server.clients.validation import validate_client_metadata
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
-from mcpauth.server.operations.logs import audit
+from mcpauth.server.operations.logs import log_audit
 from mcpauth.server.storage import (
     browser_sessions,
     grant_store,
@@ -38,11 +43,10 @@ from mcpauth.server.storage import (
     lookups,
     migrate,
     second_factors,
+    upstream_tokens,
 )
 from mcpauth.server.storage.database import make_engine
-from mcpauth.server.storage.models import (
-    Resource,
-)
+from mcpauth.server.storage.models import Resource, User
 from mcpauth.server.tokens.issuance import PERSON_CLAIMS
 from mcpauth.uris import URIError, canonical_resource
 
@@ -50,8 +54,20 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# who is acting, named by every admin.* audit event: the console sets the administrator's
+# name, the command line "command line"
+acting_admin: ContextVar[str] = ContextVar("mcpauth_acting_admin", default="api")
+
+
 class AdminError(ConfigurationError):
     """An admin command cannot do what was asked; the message says why."""
+
+
+def _audit(ctx: ServerContext, event: str, **fields: Any) -> None:
+    """An administrator's action: its log line and its audit-trail row, written now."""
+    fields = {"actor": acting_admin.get(), **fields}
+    log_audit(event, **fields)
+    ctx.audit_trail.write(event, fields)
 
 
 def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
@@ -70,8 +86,9 @@ def open_context(settings: Settings, *, upgrade: bool = True) -> ServerContext:
     return build_context(settings, engine)
 
 
-def add_user(ctx: ServerContext, username: str, password: str) -> UserInfo:
-    """Add a user who signs in with ``password`` (hashed with argon2id)."""
+def add_user(ctx: ServerContext, username: str, password: str, *, admin: bool = False) -> UserInfo:
+    """Add a user who signs in with ``password`` (hashed with argon2id); ``admin``: she may
+    use the admin console."""
     username = username.strip()
     if not username or len(username) > 200:
         raise AdminError("the username must be 1 to 200 characters")
@@ -80,24 +97,169 @@ def add_user(ctx: ServerContext, username: str, password: str) -> UserInfo:
     with ctx.db.write() as session:
         if lookups.user_by_name(session, username) is not None:
             raise AdminError(f"user {username!r} already exists")
-        user = lookups.add_user(session, username, ctx.passwords.hash(password), ctx.now())
-    return {"id": user.id, "username": user.username}
+        user = lookups.add_user(
+            session, username, ctx.passwords.hash(password), ctx.now(), admin=admin
+        )
+        info: UserInfo = {"id": user.id, "username": user.username}
+    _audit(ctx, "admin.user_added", user_id=info["id"], username=info["username"], admin=admin)
+    return info
+
+
+def _listing(user: User) -> UserListing:
+    return {
+        "id": user.id,
+        "username": user.username,
+        "created_at": user.created_at,
+        "admin": user.is_admin,
+    }
 
 
 def list_users(ctx: ServerContext) -> list[UserListing]:
     with ctx.db.read() as session:
-        return [
-            {"id": u.id, "username": u.username, "created_at": u.created_at}
-            for u in lookups.list_users(session)
-        ]
+        return [_listing(u) for u in lookups.list_users(session)]
+
+
+def _user(session: Any, username: str) -> User:
+    user = lookups.user_by_name(session, username)
+    if user is None:
+        raise AdminError(f"no user {username!r}")
+    return user
 
 
 def remove_user(ctx: ServerContext, username: str) -> None:
+    """Remove a user with her grants, sessions, second factors and linked identities."""
     with ctx.db.write() as session:
-        user = lookups.user_by_name(session, username)
-        if user is None:
-            raise AdminError(f"no user {username!r}")
+        user = _user(session, username)
+        user_id = user.id
         lookups.remove_user(session, user)
+    _audit(ctx, "admin.user_removed", user_id=user_id, username=username)
+
+
+def set_admin(ctx: ServerContext, username: str, admin: bool) -> UserListing:
+    """Make a user an administrator (``admin``: she may use the admin console) or no longer
+    one. Audited (``admin.admin_granted``, ``admin.admin_dropped``)."""
+    with ctx.db.write() as session:
+        user = _user(session, username)
+        user.is_admin = admin
+        lookups.save_user(session, user)
+        listing = _listing(user)
+    event = "admin.admin_granted" if admin else "admin.admin_dropped"
+    _audit(ctx, event, user_id=listing["id"], username=listing["username"])
+    return listing
+
+
+def administrator(ctx: ServerContext, user_id: str) -> str | None:
+    """The name of the user ``user_id`` if she exists and is an administrator, else None."""
+    with ctx.db.read() as session:
+        user = lookups.get_user(session, user_id)
+        return user.username if user is not None and user.is_admin else None
+
+
+def user_grants(ctx: ServerContext, username: str) -> list[UserGrant]:
+    """A person's live grants, the most recently used first."""
+    with ctx.db.read() as session:
+        user = _user(session, username)
+        rows: list[UserGrant] = []
+        for grant in grant_store.user_grants(session, user.id):
+            client = lookups.get_client(session, grant.client_id)
+            rows.append(
+                {
+                    "id": grant.id,
+                    "client_id": grant.client_id,
+                    "client_name": client.client_name if client else "",
+                    "resource": grant.resource,
+                    "scope": grant.scope,
+                    "created_at": grant.created_at,
+                    "last_used_at": grant.last_used_at,
+                }
+            )
+        return rows
+
+
+def revoke_grants(
+    ctx: ServerContext, username: str, *, client_id: str | None = None, grant_id: str | None = None
+) -> int:
+    """Revoke a person's grants (every one, those of ``client_id`` or the one ``grant_id``):
+    their refresh tokens stop working at once and their consents are forgotten, as when she
+    revokes an application on her account page; her kept upstream tokens go too. How many were
+    revoked. Audited (``admin.grant_revoked``, one event a grant).
+
+    Raises:
+        AdminError: no such user, or no live grant matches.
+    """
+    now = ctx.now()
+    with ctx.db.write() as session:
+        user = _user(session, username)
+        rows = [
+            g
+            for g in grant_store.user_grants(session, user.id)
+            if (client_id is None or g.client_id == client_id)
+            and (grant_id is None or g.id == grant_id)
+        ]
+        if not rows:
+            raise AdminError(f"no live grant of {username!r} matches")
+        for grant in rows:
+            grant_store.revoke_grant(session, grant.id, now)
+            grant_store.forget_consent(session, user.id, grant.client_id, grant.resource)
+        upstream_tokens.forget(session, user.id)
+        user_id = user.id
+        revoked = [(grant.client_id, grant.id) for grant in rows]
+    for client, grant_id_revoked in revoked:
+        _audit(
+            ctx,
+            "admin.grant_revoked",
+            user_id=user_id,
+            username=username,
+            client_id=client,
+            grant_id=grant_id_revoked,
+        )
+    return len(revoked)
+
+
+def user_sessions(ctx: ServerContext, username: str) -> list[SessionInfo]:
+    """A person's signed-in browser sessions, the newest first."""
+    with ctx.db.read() as session:
+        user = _user(session, username)
+        found = browser_sessions.live_sessions(session, user.id, ctx.now())
+    return [{"auth_time": at, "amr": amr, "expires_at": ends} for at, amr, ends in found]
+
+
+def end_sessions(ctx: ServerContext, username: str) -> int:
+    """Sign a person out of every browser (her tokens are left: revoke the grants for those).
+    How many sessions ended. Audited (``admin.sessions_ended``)."""
+    live = len(user_sessions(ctx, username))
+    with ctx.db.write() as session:
+        user = _user(session, username)
+        browser_sessions.end_user(session, user.id)
+        user_id = user.id
+    _audit(ctx, "admin.sessions_ended", user_id=user_id, username=username, sessions=live)
+    return live
+
+
+def search_audit(
+    ctx: ServerContext,
+    *,
+    user: str | None = None,
+    client: str | None = None,
+    event: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int = 100,
+) -> list[AuditEntry]:
+    """The audit events kept (``audit_retention`` seconds) that match every filter given,
+    newest first: ``user`` a user's name or id (also of a user since removed), ``client`` a
+    client id, ``event`` an event name (``admin.user_added``) or a prefix ending in a dot
+    (``admin.``), ``since`` and ``until`` seconds since the epoch (inclusive)."""
+    users = [user] if user else []
+    if user:
+        with ctx.db.read() as session:
+            found = lookups.user_by_name(session, user)
+            if found is not None:
+                users.append(found.id)
+    rows = ctx.audit_trail.search(
+        user=users, client=client, event=event, since=since, until=until, limit=limit
+    )
+    return [cast(AuditEntry, {k: row[k] for k in AuditEntry.__annotations__}) for row in rows]
 
 
 def reset_mfa(ctx: ServerContext, username: str) -> MfaReset:
@@ -105,13 +267,12 @@ def reset_mfa(ctx: ServerContext, username: str) -> MfaReset:
     passkeys) and end her browser sessions: for a person who lost them; she signs in with her
     password (or provider) alone and sets new ones up. Audited (``admin.mfa_reset``)."""
     with ctx.db.write() as session:
-        user = lookups.user_by_name(session, username)
-        if user is None:
-            raise AdminError(f"no user {username!r}")
+        user = _user(session, username)
         before = second_factors.factors(session, user.id)
         second_factors.forget_user(session, user.id)
         browser_sessions.end_user(session, user.id)
-    audit(
+    _audit(
+        ctx,
         "admin.mfa_reset",
         user_id=user.id,
         username=user.username,
@@ -185,6 +346,7 @@ def add_resource(
             raise AdminError(f"resource {canonical} already exists")
         lookups.add_resource(session, row)
     ctx.resources.refresh()
+    _audit(ctx, "admin.resource_added", resource=canonical)
     return _resource_info(row)
 
 
@@ -206,18 +368,36 @@ def list_resources(ctx: ServerContext) -> list[ResourceInfo]:
         return [_resource_info(r) for r in lookups.list_resources(session)]
 
 
-def edit_resource(ctx: ServerContext, uri: str, *, require_mfa: bool | None = None) -> ResourceInfo:
-    """Change a protected resource: ``require_mfa`` (None leaves it)."""
+def edit_resource(
+    ctx: ServerContext,
+    uri: str,
+    *,
+    require_mfa: bool | None = None,
+    scopes: Sequence[str] | None = None,
+) -> ResourceInfo:
+    """Change a protected resource: ``require_mfa``, and its ``scopes`` (``name`` or
+    ``name=description``, replacing them all; its default scopes no longer among them are
+    dropped); None leaves each. Grants already made keep their scopes. Audited
+    (``admin.resource_changed``)."""
     canonical = _canonical(uri)
+    scope_map = _parse_scopes(scopes) if scopes is not None else None
     with ctx.db.write() as session:
         resource = lookups.get_resource(session, canonical)
         if resource is None:
             raise AdminError(f"no resource {canonical}")
         if require_mfa is not None:
             resource.require_mfa = require_mfa
-            lookups.save_resource(session, resource)
+        if scope_map is not None:
+            resource.scopes = scope_map
+            resource.default_scopes = [s for s in resource.default_scopes if s in scope_map]
+        lookups.save_resource(session, resource)
         info = _resource_info(resource)
     ctx.resources.refresh()
+    changed = {
+        **({} if require_mfa is None else {"require_mfa": require_mfa}),
+        **({} if scope_map is None else {"scopes": format_scope(list(scope_map))}),
+    }
+    _audit(ctx, "admin.resource_changed", resource=canonical, **changed)
     return info
 
 
@@ -229,6 +409,7 @@ def remove_resource(ctx: ServerContext, uri: str) -> None:
             raise AdminError(f"no resource {canonical}")
         lookups.remove_resource(session, resource)
     ctx.resources.refresh()
+    _audit(ctx, "admin.resource_removed", resource=canonical)
 
 
 def add_client(
@@ -280,10 +461,12 @@ def add_client(
         ctx, validated, source="admin", first_party=first_party, introspect=introspect
     )
     info.pop("registration_access_token", None)
+    _audit(ctx, "admin.client_added", client_id=info["client_id"], client_name=name)
     return cast(ClientInfo, info)
 
 
-def list_clients(ctx: ServerContext) -> list[ClientListing]:
+def list_clients(ctx: ServerContext, client_id: str | None = None) -> list[ClientListing]:
+    """The registered clients (only the one ``client_id``, if given); never a secret."""
     with ctx.db.read() as session:
         return [
             {
@@ -295,8 +478,10 @@ def list_clients(ctx: ServerContext) -> list[ClientListing]:
                 "grant_types": c.grant_types,
                 "first_party": c.first_party,
                 "introspect": c.introspect,
+                "disabled": c.disabled,
             }
             for c in lookups.list_clients(session)
+            if client_id is None or c.client_id == client_id
         ]
 
 
@@ -305,6 +490,29 @@ def remove_client(ctx: ServerContext, client_id: str) -> None:
         if not grant_store.delete_client(session, client_id):
             raise AdminError(f"no client {client_id!r}")
     ctx.clients.forget(client_id)
+    _audit(ctx, "admin.client_removed", client_id=client_id)
+
+
+def disable_client(ctx: ServerContext, client_id: str, disabled: bool = True) -> ClientListing:
+    """Disable a client (``disabled``), or enable it again: while disabled it is refused at
+    every endpoint as an unknown client (``/authorize``, ``/token``, ``/revoke``,
+    ``/introspect``), so its refresh tokens stop working, though they and its grants are kept.
+    Audited (``admin.client_disabled``, ``admin.client_enabled``).
+
+    Raises:
+        AdminError: no such client.
+    """
+    with ctx.db.write() as session:
+        client = lookups.get_client(session, client_id)
+        if client is None:
+            raise AdminError(f"no client {client_id!r}")
+        client.disabled = disabled
+        lookups.save_client(session, client)
+    ctx.clients.forget(client_id)
+    _audit(
+        ctx, "admin.client_disabled" if disabled else "admin.client_enabled", client_id=client_id
+    )
+    return list_clients(ctx, client_id)[0]
 
 
 def list_keys(ctx: ServerContext) -> list[KeyInfo]:
@@ -337,6 +545,7 @@ def list_keys(ctx: ServerContext) -> list[KeyInfo]:
 def rotate_keys(ctx: ServerContext) -> RotatedKey:
     ctx.keys.ensure_key()
     key = ctx.keys.rotate()
+    _audit(ctx, "admin.keys_rotated", kid=key.kid, alg=key.alg, active_at=key.active_at)
     return {"kid": key.kid, "alg": key.alg, "active_at": key.active_at}
 
 
@@ -468,8 +677,17 @@ class Admin:
     remove_resource = _method(remove_resource)
     edit_resource = _method(edit_resource)
     reset_mfa = _method(reset_mfa)
+    set_admin = _method(set_admin)
+    administrator = _method(administrator)
+    user_grants = _method(user_grants)
+    revoke_grants = _method(revoke_grants)
+    user_sessions = _method(user_sessions)
+    end_sessions = _method(end_sessions)
+    search_audit = _method(search_audit)
     add_client = _method(add_client)
     list_clients = _method(list_clients)
     remove_client = _method(remove_client)
+    disable_client = _method(disable_client)
     list_keys = _method(list_keys)
     rotate_keys = _method(rotate_keys)
+    list_upstream = _method(list_upstream)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
+    "AuditEntry",
     "ClientInfo",
     "ClientListing",
     "KeyInfo",
@@ -14,7 +15,9 @@ __all__ = [
     "MfaReset",
     "ResourceInfo",
     "RotatedKey",
+    "SessionInfo",
     "UpstreamInfo",
+    "UserGrant",
     "UserInfo",
     "UserListing",
 ]
@@ -28,9 +31,47 @@ class UserInfo(TypedDict):
 
 
 class UserListing(UserInfo):
-    """A user as listed, with when it was added (seconds since the epoch)."""
+    """A user as listed, with when it was added (seconds since the epoch) and whether it is
+    an administrator (may use the admin console)."""
 
     created_at: int
+    admin: bool
+
+
+class UserGrant(TypedDict):
+    """One live grant of a person: the client and resource it is for, the scopes, when it was
+    made and last used (seconds since the epoch)."""
+
+    id: str
+    client_id: str
+    client_name: str
+    resource: str
+    scope: str
+    created_at: int
+    last_used_at: int
+
+
+class SessionInfo(TypedDict):
+    """One signed-in browser session of a person (never its id): when she signed in, how
+    (RFC 8176 methods) and when the session ends."""
+
+    auth_time: int
+    amr: str
+    expires_at: int
+
+
+class AuditEntry(TypedDict):
+    """One audit event as kept for searching: when, which event, the user, client and acting
+    administrator it names (empty when none), the request it came from and its other fields."""
+
+    at: int
+    event: str
+    user_id: str
+    username: str
+    client_id: str
+    actor: str
+    request_id: str
+    details: dict[str, str]
 
 
 class ResourceInfo(TypedDict):
@@ -71,7 +112,7 @@ class ClientInfo(TypedDict):
 
 class ClientListing(TypedDict):
     """A client as listed: where it came from (``admin``, ``dcr`` or ``cimd``) and how it
-    authenticates, where it may be redirected, what it may do."""
+    authenticates, where it may be redirected, what it may do, whether it is disabled."""
 
     client_id: str
     client_name: str
@@ -81,6 +122,7 @@ class ClientListing(TypedDict):
     grant_types: list[str]
     first_party: bool
     introspect: bool
+    disabled: bool
 
 
 KeyState = Literal["next", "active", "retired", "expired"]

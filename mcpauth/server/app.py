@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -45,6 +45,11 @@ from mcpauth.server.clients import management, registration
 from mcpauth.server.config import Settings
 from mcpauth.server.context import ServerContext, build_context
 from mcpauth.server.http_io import cors, error_response, oauth_errors
+from mcpauth.server.operations.audit_trail import (
+    FLUSH_INTERVAL,
+    AuditTrail,
+    AuditTrailMiddleware,
+)
 from mcpauth.server.operations.logs import RequestIdMiddleware, configure_logging
 from mcpauth.server.operations.metrics import AuditCounter, Metrics, MetricsMiddleware
 from mcpauth.server.operations.metrics import endpoint as metrics_endpoint
@@ -68,10 +73,11 @@ def _middleware(
     metrics: Metrics | None,
     token_route: Route,
     routes: list[BaseRoute],
+    trail: AuditTrail,
 ) -> list[Middleware]:
     """Outermost first: the address behind trusted proxies, traces (when on: a span for every
-    request, the rate limiter's refusals included), request ids, metrics, then rate limits
-    before any endpoint work, then the token endpoint's direct route."""
+    request, the rate limiter's refusals included), request ids, the audit trail, metrics, then
+    rate limits before any endpoint work, then the token endpoint's direct route."""
     stack = []
     if settings.trusted_proxies:
         # uvicorn's, imported only here: an app served by another ASGI server needs no uvicorn
@@ -87,6 +93,7 @@ def _middleware(
 
         stack.append(Middleware(TracingMiddleware, tracer=tracer, routes=routes))
     stack.append(Middleware(RequestIdMiddleware))
+    stack.append(Middleware(AuditTrailMiddleware, trail=trail))
     if metrics is not None:
         stack.append(Middleware(MetricsMiddleware, metrics=metrics))
     rates = {
@@ -203,6 +210,7 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
         Route(f"{base}/account/logout", account.logout, methods=["POST"]),
         Route(f"{base}/account/revoke", account.confirm_revoke, methods=["GET"]),
         Route(f"{base}/account/revoke", account.revoke, methods=["POST"]),
+        *_console_routes(base),
         Route(f"{base}/favicon.svg", _favicon, methods=["GET"]),
         Route("/favicon.ico", _favicon, methods=["GET"]),  # asked for by browsers on their own
         *_second_factor_routes(base),
@@ -237,6 +245,28 @@ def _routes(settings: Settings, token_route: Route) -> list[BaseRoute]:
             )
         )
     return routes
+
+
+def _console_page(name: str) -> Callable[[Request], Awaitable[Response]]:
+    """An endpoint of the admin console, loaded with the admin API by its first request (a
+    server nobody administers through a browser never loads them)."""
+
+    async def endpoint(request: Request) -> Response:
+        from mcpauth.server import admin_console
+
+        handler: Callable[[Request], Awaitable[Response]] = getattr(admin_console, name)
+        return await handler(request)
+
+    return endpoint
+
+
+def _console_routes(base: str) -> list[BaseRoute]:
+    pages = ("clients", "resources", "users", "keys", "upstream", "audit")
+    return [
+        Route(f"{base}/admin", _console_page("overview"), methods=["GET"]),
+        *(Route(f"{base}/admin/{name}", _console_page(name), methods=["GET"]) for name in pages),
+        Route(f"{base}/admin/do/{{action}}", _console_page("act"), methods=["POST"]),
+    ]
 
 
 def _second_factor_routes(base: str) -> list[BaseRoute]:
@@ -315,6 +345,16 @@ def prune_once(ctx: ServerContext, metrics: Metrics | None) -> dict[str, int] | 
     return counts
 
 
+async def _flush_periodically(trail: AuditTrail) -> None:
+    """Write the buffered audit events every :data:`FLUSH_INTERVAL` seconds."""
+    while True:
+        await asyncio.sleep(FLUSH_INTERVAL)
+        try:
+            await run_blocking(trail.flush)
+        except DatabaseError:
+            log.exception("writing the audit events failed; trying again")
+
+
 async def _prune_periodically(ctx: ServerContext, metrics: Metrics | None) -> None:
     """Delete expired state every ``prune_interval`` seconds while the server runs."""
     while True:
@@ -370,11 +410,15 @@ def create_app(
             if settings.prune_interval
             else None
         )
+        flusher = asyncio.create_task(_flush_periodically(ctx.audit_trail))
         yield
-        if pruner is not None:
-            pruner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pruner
+        for task in (pruner, flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        with contextlib.suppress(DatabaseError):
+            await run_blocking(ctx.audit_trail.flush)
         if own_engine:
             db.dispose()
 
@@ -389,7 +433,7 @@ def create_app(
             audit_logger.setLevel(logging.INFO)  # counted even when not written
     app = Starlette(
         routes=routes,
-        middleware=_middleware(settings, db, clock, metrics, token_route, routes),
+        middleware=_middleware(settings, db, clock, metrics, token_route, routes, ctx.audit_trail),
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
         lifespan=lifespan,
     )

@@ -113,6 +113,10 @@ class Settings(BaseModel):
     prune_interval: int = Field(default=300, ge=0)
     """Seconds between two runs of the pruner that deletes expired state (0: never in `serve`;
     `mcpauth db prune` does it on demand)."""
+    audit_retention: int = Field(default=90 * 86400, ge=3600)
+    """Seconds the audit events are kept in the database for the admin console's and
+    `mcpauth audit search`'s search; the pruner deletes older ones (the log lines stay
+    wherever the logs go)."""
     self_registered_client_unused_ttl: int = Field(default=86400, ge=60)
     """Seconds after which a client registered by dynamic registration or a metadata document
     that never obtained a grant is deleted by the pruner (admin-registered clients never). A

@@ -28,6 +28,7 @@ from mcpauth.server.identity import trusted_issuers
 from mcpauth.server.identity.passwords import Passwords, passwords_at
 from mcpauth.server.identity.trusted_issuers import IdentityProviders, KeySets, is_inline, url_host
 from mcpauth.server.identity.upstream import UpstreamProviders
+from mcpauth.server.operations.audit_trail import AuditTrail
 from mcpauth.server.operations.lockout import Lockouts
 from mcpauth.server.outbound import Outbound, outbound_for
 from mcpauth.server.storage.database import Database, Engine, sqlite_file
@@ -50,6 +51,7 @@ class ServerContext:
     passwords: Passwords  # argon2id at the settings' cost
     resources: ResourceCatalog = field(init=False)
     lockouts: Lockouts = field(init=False)
+    audit_trail: AuditTrail = field(init=False)  # the audit events kept for searching
     dpop_nonces: DPoPNonces | None = None  # when proofs at the token endpoint need one
     upstream_token_key: bytes = b""  # seals people's kept upstream tokens
     second_factor_key: bytes = b""  # seals people's TOTP secrets
@@ -57,6 +59,7 @@ class ServerContext:
     def __post_init__(self) -> None:
         self.resources = ResourceCatalog(self.db)
         self.lockouts = Lockouts(self.db)
+        self.audit_trail = AuditTrail(self.db, self.clock)
 
     def now(self) -> int:
         return int(self.clock())

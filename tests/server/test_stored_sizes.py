@@ -163,6 +163,14 @@ CEILINGS: dict[str, int | str] = {
     "pending_sign_ins.user_id": "copy",
     "pending_sign_ins.amr": "server",
     "pending_sign_ins.interaction_id": "copy",
+    # the audit trail: every value cut to its column by operations/audit_trail.row_of
+    "audit_events.event": "server",
+    "audit_events.user_id": "server",
+    "audit_events.username": "server",
+    "audit_events.client_id": "server",
+    "audit_events.actor": "server",
+    "audit_events.request_id": "server",
+    "audit_events.details": "server",  # up to 20 fields of 64 + 200 characters
 }
 
 

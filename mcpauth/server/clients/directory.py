@@ -66,8 +66,11 @@ class NotLoaded(RuntimeError):
 
 
 def _load_client(db: Database, client_id: str) -> Client | None:
+    """The registered client ``client_id``; None when there is none, or it is disabled (an
+    administrator's ``mcpauth clients disable``: refused everywhere as an unknown client)."""
     with db.read() as session:
-        return get_client(session, client_id)
+        client = get_client(session, client_id)
+    return None if client is None or client.disabled else client
 
 
 class ClientDirectory:
@@ -171,7 +174,7 @@ class ClientDirectory:
             raise outcome
         with db.write() as session:
             replace_client(session, outcome)
-        return outcome
+        return None if outcome.disabled else outcome
 
     def cached(self, client_id: str) -> Client | None:
         """The registered client from memory only; None if it is not cached (or unknown)."""

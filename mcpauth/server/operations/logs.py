@@ -8,6 +8,7 @@ import logging
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -18,8 +19,23 @@ request_id_var: ContextVar[str] = ContextVar("mcpauth_request_id", default="-")
 _VALID_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+# where a request's audit events are also kept (the app's audit trail), set per request
+audit_sink: ContextVar[Callable[[str, dict[str, Any]], None] | None] = ContextVar(
+    "mcpauth_audit_sink", default=None
+)
+
+
 def audit(event: str, **fields: Any) -> None:
-    """Record a security event (login, consent, token issued/refreshed/revoked, replay)."""
+    """Record a security event (login, consent, token issued/refreshed/revoked, replay): a log
+    line, and a row of the audit trail when a request of the app emits it."""
+    log_audit(event, **fields)
+    sink = audit_sink.get()
+    if sink is not None:
+        sink(event, fields)
+
+
+def log_audit(event: str, **fields: Any) -> None:
+    """The log line of an audit event alone (its caller writes the trail's row itself)."""
     if audit_log.isEnabledFor(logging.INFO):
         audit_log.info(event, extra={"audit": {"event": event, **fields}})
 

@@ -52,6 +52,17 @@ def end(session: Session, sid_digest: str) -> None:
     session.execute(delete(_RECORDS).where(_RECORDS.c.digest == sid_digest))
 
 
+def live_sessions(session: Session, user_id: str, now: int) -> list[tuple[int, str, int]]:
+    """(auth time, authentication methods, expiry) of each live session of ``user_id``, the
+    newest sign-in first (never a session's id)."""
+    rows = session.execute(
+        select(_RECORDS.c.auth_time, _RECORDS.c.amr, _RECORDS.c.expires_at)
+        .where(_RECORDS.c.user_id == user_id, _RECORDS.c.expires_at > now)
+        .order_by(_RECORDS.c.auth_time.desc())
+    )
+    return [(int(row[0]), str(row[1]), int(row[2])) for row in rows]
+
+
 def end_user(session: Session, user_id: str) -> None:
     """End every session of ``user_id``."""
     session.execute(delete(_RECORDS).where(_RECORDS.c.user_id == user_id))

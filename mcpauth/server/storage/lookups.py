@@ -33,10 +33,19 @@ def user_by_name(session: Session, username: str) -> User | None:
     return session.exec(select(User).where(User.username == username)).first()
 
 
-def add_user(session: Session, username: str, password_hash: str, now: int) -> User:
-    user = User(id=new_id(), username=username, password_hash=password_hash, created_at=now)
+def add_user(
+    session: Session, username: str, password_hash: str, now: int, *, admin: bool = False
+) -> User:
+    user = User(
+        id=new_id(), username=username, password_hash=password_hash, created_at=now, is_admin=admin
+    )
     session.add(user)
     return user
+
+
+def save_user(session: Session, user: User) -> None:
+    """Store the changes made to a user read in this unit of work."""
+    session.add(user)
 
 
 def find_or_add_user(session: Session, username: str, now: int) -> str:
@@ -82,6 +91,7 @@ def replace_client(session: Session, client: Client) -> None:
     stored = session.get(Client, client.client_id)
     if stored is not None:
         client.created_at = stored.created_at
+        client.disabled = stored.disabled
     session.merge(client)
 
 

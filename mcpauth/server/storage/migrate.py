@@ -20,7 +20,7 @@ SCRIPT_LOCATION = "mcpauth.server:migrations"
 # The newest revision in migrations/versions, so that a current database is recognised without
 # loading Alembic and its scripts; tests/server/test_migrations.py checks it is Alembic's head.
 # The development revisions were squashed into 0001 before 0.1.0: its schema is theirs.
-HEAD = "0003"
+HEAD = "0004"
 
 
 def alembic_config(engine: Engine | None = None) -> Config:

@@ -26,6 +26,8 @@ class User(SQLModel, table=True):
     username: str = Field(max_length=200, unique=True)
     password_hash: str = Field(max_length=255)
     created_at: int
+    # may use the admin console (/admin); granted by `mcpauth users add --admin|admin --grant`
+    is_admin: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 class Client(SQLModel, table=True):
@@ -50,6 +52,8 @@ class Client(SQLModel, table=True):
     introspect: bool = False
     registration_token_digest: str | None = Field(default=None, max_length=64, index=True)
     source: str = Field(default="admin", max_length=10)  # admin | dcr | cimd
+    # refused at every endpoint as if unknown (`mcpauth clients disable`), kept until enabled
+    disabled: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     created_at: int
 
 
@@ -348,3 +352,20 @@ class PendingSignIn(SQLModel, table=True):
     interaction_id: str | None = Field(default=None, max_length=64)
     created_at: int
     expires_at: int = Field(index=True)
+
+
+class AuditEvent(SQLModel, table=True):
+    """One audit event as the audit log wrote it (identifiers and names only: never a token,
+    code, secret or password), kept ``audit_retention`` seconds for the console's search."""
+
+    __tablename__ = "audit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: int = Field(index=True)
+    event: str = Field(max_length=64, index=True)
+    user_id: str = Field(default="", max_length=64, index=True)
+    username: str = Field(default="", max_length=200, index=True)
+    client_id: str = Field(default="", max_length=2048, index=True)
+    actor: str = Field(default="", max_length=200)  # the administrator who acted, if one did
+    request_id: str = Field(default="", max_length=64)
+    details: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

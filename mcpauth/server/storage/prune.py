@@ -13,6 +13,7 @@ What is dead:
 - revoked access-token ids and used assertion ids after their expiry;
 - rate counters and throttle rows after their window (and any lock) has passed;
 - consents whose client or user is gone, upstream identities whose user is gone;
+- audit events older than ``audit_retention``;
 - self-registered clients (dynamic registration, metadata documents) older than
   ``self_registered_client_unused_ttl`` with no grant used within
   ``self_registered_client_idle_ttl`` (admin-registered clients never expire), then their
@@ -47,6 +48,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from mcpauth.server.config import Settings
 from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.models import (
+    AuditEvent,
     AuthorizationCode,
     BrowserSessionRecord,
     Client,
@@ -96,6 +98,7 @@ UPSTREAM_LOGINS = _table(UpstreamLogin)
 UPSTREAM_IDENTITIES = _table(UpstreamIdentity)
 DEVICES = _table(DeviceAuthorization)
 PENDING_SIGN_INS = _table(PendingSignIn)
+AUDIT_EVENTS = _table(AuditEvent)
 
 
 def _dead_grant(settings: Settings, now: int) -> ColumnElement[bool]:
@@ -227,6 +230,7 @@ RULES = (
         UPSTREAM_IDENTITIES,
         lambda s, now: ~exists().where(USERS.c.id == UPSTREAM_IDENTITIES.c.user_id),
     ),
+    Rule("audit_events", AUDIT_EVENTS, lambda s, now: AUDIT_EVENTS.c.at + s.audit_retention < now),
 )
 
 
