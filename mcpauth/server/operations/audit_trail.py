@@ -49,6 +49,15 @@ def row_of(event: str, fields: dict[str, Any], at: int) -> dict[str, Any]:
     return row
 
 
+MAX_TIME = 2**31 - 1  # the largest time the `at` column (a 32-bit integer) holds
+
+
+def _within_column(seconds: int) -> int:
+    """A time to compare with the `at` column, moved into what it can hold (a search from
+    the year 2999 finds nothing, rather than failing on PostgreSQL)."""
+    return max(-MAX_TIME, min(seconds, MAX_TIME))
+
+
 class AuditTrail:
     """The events waiting to be written to ``audit_events``, and the writes (thread-safe)."""
 
@@ -102,8 +111,8 @@ class AuditTrail:
                 user=user,
                 client=client,
                 event=event,
-                since=since,
-                until=until,
+                since=None if since is None else _within_column(since),
+                until=None if until is None else _within_column(until),
                 limit=max(1, min(limit, MAX_RESULTS)),
             )
 
