@@ -212,3 +212,18 @@ def test_a_persons_grants_are_listed_and_revoked_and_her_sessions_ended(
     assert json.loads(capsys.readouterr().out) == {"ended": 0}
     assert main(["users", "revoke", "alice", *database]) == 2
     assert "no live grant of 'alice'" in _one_line_error(capsys)
+
+
+def test_a_user_is_disabled_and_enabled_again(
+    database: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    _add_user(database, monkeypatch)
+    capsys.readouterr()
+    assert main(["users", "disable", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["disabled"] is True
+    assert main(["users", "enable", "alice", *database]) == 0
+    assert json.loads(capsys.readouterr().out)["disabled"] is False
+    assert main(["users", "disable", "nobody", *database]) == 2
+    assert "no user 'nobody'" in _one_line_error(capsys)

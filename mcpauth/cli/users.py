@@ -42,6 +42,10 @@ def _reset_parser(actions: Any) -> None:
     either = admin.add_mutually_exclusive_group(required=True)
     either.add_argument("--grant", action="store_true", help="may use the admin console")
     either.add_argument("--drop", action="store_true", help="may no longer use it")
+    actions.add_parser(
+        "disable", help="refuse a user's sign-ins, end her sessions and revoke her grants"
+    ).add_argument("name")
+    actions.add_parser("enable", help="let a disabled user sign in again").add_argument("name")
     actions.add_parser("grants", help="a user's live grants").add_argument("name")
     revoke = actions.add_parser(
         "revoke", help="revoke a user's grants (her refresh tokens stop working at once)"
@@ -64,6 +68,8 @@ def cmd_users(args: argparse.Namespace) -> int:
         others={
             "reset-mfa": lambda ctx: admin.reset_mfa(ctx, args.name),
             "admin": lambda ctx: admin.set_admin(ctx, args.name, args.grant),
+            "disable": lambda ctx: admin.disable_user(ctx, args.name, True),
+            "enable": lambda ctx: admin.disable_user(ctx, args.name, False),
             "grants": lambda ctx: admin.user_grants(ctx, args.name),
             "revoke": lambda ctx: {
                 "revoked": admin.revoke_grants(

@@ -10,9 +10,9 @@ The rules:
   page in plain words (nothing of the console is shown);
 - every form is a POST from this server's own pages (Fetch metadata, ``Origin``) carrying the
   synchroniser token of the session's ``admin`` form; a destructive step (remove, revoke,
-  rotate, reset, sign out, granting or dropping an administrator) also needs a sign-in within
-  the account page's recent-sign-in window (:data:`RECENT`), else a 403 page asking to sign in
-  again;
+  rotate, disable, reset, sign out, granting or dropping an administrator) also needs a
+  sign-in within the account page's recent-sign-in window (:data:`RECENT`), else a 403 page
+  asking to sign in again;
 - no secret is ever shown: clients are inspected without one (the console registers none), a
   new user's generated password is shown once, on the page that answers the form, never
   stored or shown again.
@@ -60,6 +60,8 @@ NOTICES = {
     "resource-changed": "The resource's scopes are changed.",
     "resource-removed": "The resource is removed.",
     "user-removed": "The user is removed, with her grants and sessions.",
+    "user-disabled": "The user is disabled: signed out, her grants revoked, no sign-in.",
+    "user-enabled": "The user is enabled again and may sign in.",
     "admin-granted": "The user is an administrator now.",
     "admin-dropped": "The user is no longer an administrator.",
     "mfa-reset": "The user's second factors are removed and her sessions ended.",
@@ -342,6 +344,13 @@ async def _set_admin(c: Console, f: dict[str, str]) -> tuple[str, str]:
     return c.url("users", name=name), "admin-granted" if grant else "admin-dropped"
 
 
+async def _disable_user(c: Console, f: dict[str, str]) -> tuple[str, str]:
+    name = f.get("username", "")
+    disabled = f.get("disabled") == "1"
+    await c.call(c.admin.disable_user, name, disabled)
+    return c.url("users", name=name), "user-disabled" if disabled else "user-enabled"
+
+
 async def _remove_user(c: Console, f: dict[str, str]) -> tuple[str, str]:
     await c.call(c.admin.remove_user, f.get("username", ""))
     return c.url("users"), "user-removed"
@@ -379,6 +388,7 @@ ACTIONS = {
     "user-add": Action(False, _add_user),
     "user-admin": Action(True, _set_admin),
     "user-remove": Action(True, _remove_user),
+    "user-disable": Action(True, _disable_user),
     "user-reset-mfa": Action(True, _reset_mfa),
     "grant-revoke": Action(True, _revoke),
     "sessions-end": Action(True, _end_sessions),

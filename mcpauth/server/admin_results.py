@@ -36,6 +36,7 @@ class UserListing(UserInfo):
 
     created_at: int
     admin: bool
+    disabled: bool
 
 
 class UserGrant(TypedDict):

@@ -209,6 +209,7 @@ def test_every_destructive_action_is_marked_so() -> None:
         "resource-remove",
         "user-admin",
         "user-remove",
+        "user-disable",
         "user-reset-mfa",
         "grant-revoke",
         "sessions-end",
@@ -457,3 +458,30 @@ async def test_a_disabled_client_is_refused_at_authorize_and_token_until_enabled
     assert working.status_code == 200, working.text
     trail = [e["event"] for e in events(root, client=client_id, event="admin.")]
     assert trail == ["admin.client_enabled", "admin.client_disabled"]
+
+
+async def test_a_disabled_user_is_signed_out_refused_sign_in_and_her_tokens_die(
+    root: Starlette, http: httpx2.AsyncClient, public_client: dict[str, Any]
+) -> None:
+    issued = await tokens(http, public_client)  # alice's, signed in on ``http``
+    async with browser(root) as console:
+        await sign_in(console, "root")
+        disabled = await post(
+            console, "/admin/users?name=alice", "user-disable", username="alice", disabled="1"
+        )
+        assert disabled.status_code == 303
+        assert "<strong>Disabled</strong>" in (await console.get(disabled.headers["location"])).text
+    dead = await refresh(http, public_client["client_id"], issued["refresh_token"])
+    assert dead.json()["error"] == "invalid_grant"
+    page = await http.get("/account")
+    assert "password" in forms(page.text)[0].fields  # her session counts as signed out
+    refused = await submit(http, page, {"username": "alice", "password": PASSWORD})
+    assert refused.status_code == 403
+    assert "This account is disabled" in refused.text
+    assert "password" in forms((await http.get("/account")).text)[0].fields
+    admin.disable_user(root.state.mcpauth, "alice", False)
+    async with browser(root) as again:
+        await sign_in(again, "alice")
+    trail = [e["event"] for e in events(root, user="alice", event="admin.")]
+    assert trail == ["admin.user_enabled", "admin.user_disabled"]
+    assert events(root, user="alice", event="login.disabled")

@@ -27,7 +27,7 @@ from mcpauth.server.browser.login import (
     refuse_cross_site,
 )
 from mcpauth.server.browser.outcomes import see_other
-from mcpauth.server.browser.pages import render
+from mcpauth.server.browser.pages import error_page, render
 from mcpauth.server.browser.services import BrowserServices, browser_services
 from mcpauth.server.browser.sessions import BrowserSession, load_session, save_session, sign_in
 from mcpauth.server.crypto import digest
@@ -36,7 +36,7 @@ from mcpauth.server.identity import methods, totp
 from mcpauth.server.identity.passkeys import PasskeyRefused
 from mcpauth.server.operations import lockout
 from mcpauth.server.operations.logs import audit
-from mcpauth.server.storage import grant_store, passkeys, second_factors
+from mcpauth.server.storage import grant_store, lookups, passkeys, second_factors
 from mcpauth.server.storage.database import Database, Session
 from mcpauth.server.storage.models import PendingSignIn
 from mcpauth.server.storage.second_factors import Factors
@@ -59,6 +59,12 @@ def _offers(amr: str, factors: Factors) -> tuple[bool, bool]:
     passkey does not second a passkey; a code needs a TOTP secret (recovery codes come with
     it)."""
     return factors.totp, factors.passkeys > 0 and methods.HARDWARE_KEY not in amr.split()
+
+
+def _disabled(db: Database, user_id: str) -> bool:
+    with db.read() as session:
+        user = lookups.get_user(session, user_id)
+        return user is not None and user.disabled
 
 
 def _factors(db: Database, user_id: str) -> Factors:
@@ -103,7 +109,16 @@ async def after_first_factor(
     """A first factor (``amr``, or a sign-in through an upstream provider: ``upstream``,
     which names no method of ours) proved ``user_id``: on to the second-factor page when the
     account has one that completes it, else signed in and on to ``interaction_id`` (or the
-    account page). A sign-in step of an application's own (no method of ours) is complete."""
+    account page). A sign-in step of an application's own (no method of ours) is complete.
+    A disabled account (``mcpauth users disable``) gets a page saying so, and no session."""
+    if await run_blocking(_disabled, ctx.db, user_id):
+        audit("login.disabled", user_id=user_id, address=client_ip(request))
+        return error_page(
+            "access_denied",
+            "This account is disabled, so it cannot sign in. Ask the administrators.",
+            403,
+            title="This account is disabled",
+        )
     first = upstream or bool(set(amr.split()) & {methods.PASSWORD, methods.HARDWARE_KEY})
     if first and not methods.has_two_factors(amr):
         factors = await run_blocking(_factors, ctx.db, user_id)

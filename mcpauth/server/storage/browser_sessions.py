@@ -14,11 +14,15 @@ _USERS: Table = User.__table__  # type: ignore[attr-defined]
 
 def signed_in(session: Session, sid_digest: str, now: int) -> tuple[str, int, str] | None:
     """(user id, auth time, authentication methods) of the live session ``sid_digest`` whose
-    account still exists."""
+    account still exists and is not disabled."""
     row = session.execute(
         select(_RECORDS.c.user_id, _RECORDS.c.auth_time, _RECORDS.c.amr)
         .join(_USERS, _USERS.c.id == _RECORDS.c.user_id)
-        .where(_RECORDS.c.digest == sid_digest, _RECORDS.c.expires_at > now)
+        .where(
+            _RECORDS.c.digest == sid_digest,
+            _RECORDS.c.expires_at > now,
+            _USERS.c.disabled.is_(False),
+        )
     ).first()
     return (str(row[0]), int(row[1]), str(row[2])) if row is not None else None
 

@@ -28,6 +28,8 @@ class User(SQLModel, table=True):
     created_at: int
     # may use the admin console (/admin); granted by `mcpauth users add --admin|admin --grant`
     is_admin: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    # may not sign in, and her sessions count as signed out (`mcpauth users disable`)
+    disabled: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 class Client(SQLModel, table=True):

@@ -1,4 +1,4 @@
-"""The admin console: users.is_admin, clients.disabled, and audit_events (the audit log kept for its search,
+"""The admin console: users.is_admin and users.disabled, clients.disabled, and audit_events (the audit log kept for its search,
 pruned after audit_retention)
 
 Revision ID: 0004
@@ -19,9 +19,10 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("users", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("is_admin", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
+        for column in ("is_admin", "disabled"):
+            batch_op.add_column(
+                sa.Column(column, sa.Boolean(), nullable=False, server_default=sa.false())
+            )
     with op.batch_alter_table("clients", schema=None) as batch_op:
         batch_op.add_column(
             sa.Column("disabled", sa.Boolean(), nullable=False, server_default=sa.false())
@@ -50,4 +51,5 @@ def downgrade() -> None:
     with op.batch_alter_table("clients", schema=None) as batch_op:
         batch_op.drop_column("disabled")
     with op.batch_alter_table("users", schema=None) as batch_op:
+        batch_op.drop_column("disabled")
         batch_op.drop_column("is_admin")
