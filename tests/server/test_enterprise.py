@@ -205,3 +205,19 @@ async def test_asx2_the_server_setting_requires_mfa_in_every_assertion(
     assert one.status_code == 400
     assert one.json()["error"] == "invalid_grant"
     assert two.status_code == 200, two.text
+
+
+async def test_asx2_an_id_jag_for_a_disabled_person_is_refused(
+    http: httpx2.AsyncClient, ema_client: dict[str, Any], seeded: Starlette
+) -> None:
+    """An operator disabled the account the identity provider's subject maps to: no token is
+    issued for it, and the assertion is not spent."""
+    first = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
+    assert first.status_code == 200, first.text
+    ctx = seeded.state.mcpauth
+    (employee,) = [u for u in admin.list_users(ctx) if u["username"] not in ("alice", "bob")]
+    admin.disable_user(ctx, str(employee["username"]))
+    refused = await exchange(http, ema_client, id_jag(ema_client["client_id"]))
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_grant"
+    assert "disabled" in refused.json()["error_description"]

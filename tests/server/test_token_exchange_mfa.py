@@ -96,3 +96,25 @@ async def test_a_two_factor_token_is_exchanged_for_a_resource_that_requires_two(
     claims = verified(seeded, answer.json()["access_token"], DOWNSTREAM)
     assert claims["amr"] == ["pwd", "otp", "mfa"]
     assert claims["act"] == {"sub": mcp_server["client_id"]}
+
+
+async def test_a_disabled_persons_token_is_not_exchanged(
+    http: httpx2.AsyncClient,
+    seeded: Starlette,
+    public_client: dict[str, Any],
+    mcp_server: dict[str, Any],
+) -> None:
+    """Disabling revokes a person's grants, which refuses their tokens; a token whose grant
+    survives (here the flag set alone) is refused by the flag itself."""
+    from sqlalchemy import update
+
+    from mcpauth.server.storage.models import User
+
+    caller = await caller_token(http, public_client)
+    ctx = seeded.state.mcpauth
+    with ctx.db.write() as session:
+        session.execute(update(User).where(User.username == "alice").values(disabled=True))
+    response = await exchange(http, mcp_server, caller["access_token"])
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert "disabled" in response.json()["error_description"]

@@ -48,6 +48,11 @@ def save_user(session: Session, user: User) -> None:
     session.add(user)
 
 
+def user_disabled(session: Session, user_id: str) -> bool:
+    """Whether an operator disabled the user ``user_id`` (no token is issued for her)."""
+    return bool(session.exec(select(User.disabled).where(User.id == user_id)).first())
+
+
 def find_or_add_user(session: Session, username: str, now: int) -> str:
     """The id of the user called ``username``, created on first use with no password (it can
     sign in only through the identity provider that named it)."""

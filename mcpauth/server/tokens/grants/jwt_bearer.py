@@ -32,7 +32,7 @@ from mcpauth.server.operations.logs import audit
 from mcpauth.server.operations.size_limits import MAX_SUBJECT_LENGTH, MAX_USERNAME_LENGTH
 from mcpauth.server.storage import identities
 from mcpauth.server.storage.defences import record_jti
-from mcpauth.server.storage.lookups import find_or_add_user
+from mcpauth.server.storage.lookups import find_or_add_user, user_disabled
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.grants import workload
 from mcpauth.server.tokens.issuance import (
@@ -190,6 +190,8 @@ def issue(
             audit("replay.detected", kind="id_jag", client_id=client.client_id)
             raise InvalidGrant("The assertion was already used")
         user_id = find_or_add_user(session, username, now)
+        if user_disabled(session, user_id):  # the jti stays unused: nothing is written
+            raise InvalidGrant("The account this assertion names is disabled")
         person = person_claims(session, resource, user_id)  # an ID-JAG names a person
     if amr is not None:
         person["amr"] = amr

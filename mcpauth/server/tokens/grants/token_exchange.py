@@ -35,6 +35,7 @@ from mcpauth.server.identity import methods
 from mcpauth.server.identity.kept_tokens import TokensGone, fresh_tokens
 from mcpauth.server.identity.upstream import Provider, UpstreamUnavailable
 from mcpauth.server.operations.logs import audit
+from mcpauth.server.storage.lookups import user_disabled
 from mcpauth.server.storage.models import Client, Resource
 from mcpauth.server.tokens.introspection import access_token_claims as verified_claims
 from mcpauth.server.tokens.issuance import (
@@ -184,6 +185,8 @@ def exchange(
     else:  # a person's: their claims, as the target resource asks, and how they signed in
         amr = methods.as_claim(_sign_in_methods(ctx, subject, resource))
         with ctx.db.read() as session:
+            if user_disabled(session, str(subject["sub"])):
+                raise InvalidRequest("The subject_token's user is disabled")
             person = person_claims(session, resource, str(subject["sub"]))
         if amr is not None:
             person["amr"] = amr
