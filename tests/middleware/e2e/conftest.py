@@ -14,8 +14,10 @@ import pytest
 
 from mcpauth import jwt
 from tests.redis_server import redis_server, redis_url, silent_redis  # noqa: F401  (fixtures)
+from tests.support import wait_for
 
 SERVE = Path(__file__).with_name("serve.py")
+READY_SECONDS = 60.0  # a process start on a loaded 2-core machine
 
 
 @dataclass
@@ -64,6 +66,10 @@ class Spawner:
         args = [sys.executable, *target, *argv[:split], *fd, *argv[split:]]
         popen = subprocess.Popen(args, pass_fds=(sock.fileno(),))
         self.started.append(popen)
+        # answering before it is used: a request queued in the backlog of a process still
+        # importing (seconds on a loaded machine) would otherwise meet the caller's own
+        # timeout, as a proxy's first fetch of the authorization server's metadata did
+        wait_for(url + "/", timeout=READY_SECONDS, process=popen)
         return Process(url=url + path, popen=popen)
 
     def close(self) -> None:
