@@ -138,7 +138,9 @@ def test_a_passkey_made_on_the_account_page_signs_in_and_authorizes_an_mcp_clien
     assert page.get_by_role("button", name="Sign in with a passkey").is_visible()
     tab.check("login-passkey")
     page.get_by_role("button", name="Sign in with a passkey").click()  # no name typed
-    assert page.get_by_role("heading", name="Authorize Inspector (test)?").is_visible()
+    consent = page.get_by_role("heading", name="Authorize Inspector (test)?")
+    consent.wait_for(timeout=30_000)  # the page's script asks the authenticator, then posts
+    assert consent.is_visible()
     tokens = approve_and_exchange(server, page, client_id, verifier)
     assert jwt.unverified_claims(tokens["access_token"])["amr"] == ["hwk", "user", "mfa"]
 
