@@ -26,8 +26,8 @@ CHECK_WORKERS ?= 3
 # the lanes (markers, see pyproject.toml and tests/conftest.py): `make check` runs the unit lane
 FAST_LANE := not e2e and not browser and not slow and not postgres and not docker
 
-.PHONY: run check test lint typecheck pytest pytest-fast pytest-postgres test-tools conformance \
-	bench clean
+.PHONY: run check test lint typecheck pytest coverage pytest-fast test-postgres postgres-lane test-tools \
+	conformance bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,7 +40,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/mcpauth demo --auth-port $(AUTH_PORT) --mcp-port $(MCP_PORT)
 
-check: lint typecheck pytest-fast
+# the three side by side, as in `test`: mypy's run overlaps the unit lane's
+check: $(STAMP)
+	$(MAKE) --no-print-directory -f $(abspath $(firstword $(MAKEFILE_LIST))) -j3 \
+		lint typecheck pytest-fast
 
 # lint and types beside the tests rather than before them: mypy's minute on a fresh clone
 # overlaps the workers' start (a failure in any of the three fails the target)
@@ -66,18 +69,29 @@ test-tools:
 	scripts/conformance-client.sh install
 	scripts/conformance-authorization.sh install >/dev/null
 
-# Every test in one parallel session: the server tests that reach a database run once on SQLite
-# and once on PostgreSQL (MCPAUTH_TEST_DATABASE=sqlite,postgresql, tests/pg.py; each worker
-# starts its own throwaway server), beside the e2e, browser and docker lanes; the tests that
-# touch no database run once. Coverage of the workers combined (pytest-cov).
+# Every test in one parallel session: the server tests that reach a database run on SQLite, and
+# the storage tests among them once more on PostgreSQL (MCPAUTH_TEST_DATABASE=sqlite,postgresql,
+# tests/pg.py; each worker starts its own throwaway server), beside the e2e, browser and docker
+# lanes. No coverage here (tracing every line costs a quarter of the run): `make coverage`.
 pytest: $(STAMP) test-tools
+	MCPAUTH_TEST_DATABASE=sqlite,postgresql $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+
+# The same session under coverage, the workers combined (pytest-cov), and the report.
+coverage: $(STAMP) test-tools
 	$(BIN)/coverage erase
 	MCPAUTH_TEST_DATABASE=sqlite,postgresql $(BIN)/pytest $(XDIST) --cov --cov-report= \
 		$(PYTEST_ARGS)
 	$(BIN)/coverage report --skip-covered --sort=cover | tail -n 25
 
-pytest-postgres: $(STAMP)
+# Every server test on PostgreSQL (`make test` runs the PostgreSQL lane only): after changing
+# SQL, a table or a migration.
+test-postgres: $(STAMP)
 	MCPAUTH_TEST_DATABASE=postgresql $(BIN)/pytest $(XDIST) tests/server $(PYTEST_PG_ARGS)
+
+# Choose the PostgreSQL lane again (tests/postgres_lane.txt): the server tests that between them
+# send every SQL statement the server suite sends (scripts/postgres_lane.py).
+postgres-lane: $(STAMP)
+	$(BIN)/python scripts/postgres_lane.py
 
 conformance: $(STAMP)
 	bash scripts/conformance-client.sh

@@ -5,6 +5,7 @@ start (the production cost is checked in tests/server/test_passwords.py)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -84,22 +85,39 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(f"MCPAUTH_{name.upper()}", str(value))
 
 
-# The tests run once per engine when MCPAUTH_TEST_DATABASE names both (tests/pg.py): the server
-# suite, where every storage path is reached through the application
+# The tests that run once per engine when MCPAUTH_TEST_DATABASE names both (tests/pg.py), in
+# the server suite: the storage modules and the concurrency tests (marked every_engine), and the
+# tests of tests/postgres_lane.txt, which between them send every SQL statement the server suite
+# sends (chosen by scripts/postgres_lane.py). `make test-postgres` runs all of them on it.
 PER_ENGINE_FOLDERS = ("tests/server/",)
+POSTGRES_LANE = Path(__file__).with_name("postgres_lane.txt")
+
+
+@functools.cache
+def postgres_lane() -> frozenset[str]:
+    """The test functions of tests/postgres_lane.txt (ids without parameters)."""
+    lines = POSTGRES_LANE.read_text().splitlines()
+    return frozenset(line for line in lines if line and not line.startswith("#"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test under ``PER_ENGINE_FOLDERS`` whose fixtures reach ``make_settings`` (so the
-    database) runs on every engine under test; the PostgreSQL run is in the ``postgres`` lane."""
+    """A server test whose fixtures reach ``make_settings`` (so the database) and that is in the
+    PostgreSQL lane runs on every engine under test; the PostgreSQL run is in the ``postgres``
+    lane."""
     engines = engines_under_test()
-    path = metafunc.definition.path.relative_to(metafunc.config.rootpath).as_posix()
+    definition = metafunc.definition
+    path = definition.path.relative_to(metafunc.config.rootpath).as_posix()
     if (
         len(engines) < 2
         or "make_settings" not in metafunc.fixturenames
         or not path.startswith(PER_ENGINE_FOLDERS)
     ):
         return
+    if (
+        not definition.get_closest_marker("every_engine")
+        and definition.nodeid not in postgres_lane()
+    ):
+        return  # on the first engine only
     metafunc.parametrize(
         "database_engine",
         [

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx2
 
+from . import forked_cli
+
 VENV_BIN = Path(sys.executable).parent
 MCPAUTH = str(VENV_BIN / "mcpauth")
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,13 +117,16 @@ def run_cli(
     stdin: str | None = None,
     cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, **(env or {})}
+    if forked_cli.forkable(args, environment):  # an admin command: forked, not exec'd
+        return forked_cli.run(args, env=environment, stdin=stdin, cwd=cwd, timeout=60)
     return subprocess.run(
         [MCPAUTH, *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, **(env or {})},
+        env=environment,
         cwd=cwd,
         check=False,
     )

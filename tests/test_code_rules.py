@@ -207,12 +207,13 @@ def _imported_modules(tree: ast.AST) -> set[str]:
 
 
 def test_each_rival_library_is_imported_only_in_its_home() -> None:
+    imported = {  # each module parsed once, not once per library
+        str(path.relative_to(PACKAGE)): _imported_modules(ast.parse(path.read_text()))
+        for path in SOURCES
+    }
     found = {
         library: sorted(
-            rel
-            for path in SOURCES
-            if library in _imported_modules(ast.parse(path.read_text()))
-            and (rel := str(path.relative_to(PACKAGE))) not in homes
+            rel for rel, names in imported.items() if library in names and rel not in homes
         )
         for library, homes in _LIBRARY_HOMES.items()
     }

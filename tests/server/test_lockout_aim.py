@@ -20,7 +20,7 @@ from ..conftest import ISSUER
 from ..oauth import submit
 from .conftest import PASSWORD, add_user
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.every_engine]  # storage: on both engines
 
 
 @asynccontextmanager

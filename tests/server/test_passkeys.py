@@ -491,6 +491,7 @@ async def test_an_assertion_whose_id_is_not_base64url_is_refused_in_words(
     assert refused(posted), posted.text
 
 
+@pytest.mark.every_engine  # concurrency: row locks differ between the engines
 def test_two_removals_at_once_leave_a_passwordless_account_its_last_passkey(
     app: Starlette, monkeypatch: pytest.MonkeyPatch
 ) -> None:

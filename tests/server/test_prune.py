@@ -1,4 +1,4 @@
-"""The pruner deletes dead state and only dead state: after thousands of refreshes, abandoned
+"""The pruner deletes dead state and only dead state: after more refreshes than a batch, abandoned
 authorization requests, expired codes and failed client authentications, and time moved past
 their lifetimes, every table holds its live rows only; a rotated refresh token replayed while
 its family lives still revokes the family (runs on SQLite and, with the server suite's second
@@ -33,7 +33,7 @@ from ..oauth import authorization_params, pkce_pair, register_public_client
 from .conftest import add_user
 from .test_token import get_code, redeem, refresh, tokens
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.every_engine]  # storage: on both engines
 DAY = 86400
 
 
@@ -72,23 +72,28 @@ def short_app(make_settings: Callable[..., Settings], password_hash: str) -> Sta
     return app
 
 
-async def test_thousands_of_dead_rows_are_pruned_to_the_live_ones(short_app: Starlette) -> None:
+async def test_more_dead_rows_than_a_batch_are_pruned_to_the_live_ones(
+    short_app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # batches of 100 rather than 1,000: the same batch boundaries crossed with a tenth of the
+    # requests (one family a row longer than a batch, abandoned requests a batch long)
+    monkeypatch.setattr(pruning, "BATCH", 100)
     transport = httpx2.ASGITransport(app=short_app, client=("203.0.113.7", 50000))
     with freeze_time("2027-03-01 00:00:00") as clock:
         async with httpx2.AsyncClient(transport=transport, base_url=ISSUER) as http:
             client: dict[str, Any] = await register_public_client(http)
             cid = client["client_id"]
-            # a family refreshed 1,000 times: 1,001 rows, all needed for reuse detection
+            # a family refreshed 100 times: 101 rows, all needed for reuse detection
             old = await tokens(http, client, scope="mcp:tools offline_access")
             token = old["refresh_token"]
             first_rotated = token
-            for _ in range(1000):
+            for _ in range(100):
                 response = await refresh(http, cid, token)
                 assert response.status_code == 200, response.text
                 token = response.json()["refresh_token"]
-            # 1,000 authorization requests nobody finishes
+            # 100 authorization requests nobody finishes
             _, challenge = pkce_pair()
-            for _ in range(1000):
+            for _ in range(100):
                 started = await http.get(
                     "/authorize?" + urlencode(authorization_params(cid, challenge))
                 )
@@ -107,23 +112,23 @@ async def test_thousands_of_dead_rows_are_pruned_to_the_live_ones(short_app: Sta
                     auth=(confidential["client_id"], "wrong"),
                 )
                 assert wrong.status_code == 401
-            assert count(short_app, RefreshToken) == 1001
-            assert count(short_app, Interaction) >= 1000
+            assert count(short_app, RefreshToken) == 101
+            assert count(short_app, Interaction) >= 100
             assert count(short_app, Throttle) >= 1
 
             # within the family's lifetime nothing of it is pruned
             clock.tick(DAY // 2)
             first = run_pruner(short_app)
-            assert first["interactions"] >= 1000
+            assert first["interactions"] >= 100
             assert first["refresh_tokens"] == 0
-            assert count(short_app, RefreshToken) == 1001
+            assert count(short_app, RefreshToken) == 101
             assert count(short_app, Interaction) == 0  # 10 minutes, long gone
 
             # a second, live family made now
             live = await tokens(http, client, scope="mcp:tools offline_access")
             clock.tick(3 * DAY // 2 + 60)  # the first family is past refresh_token_ttl
             counts = run_pruner(short_app)
-            assert counts["refresh_tokens"] == 1001
+            assert counts["refresh_tokens"] == 101
             assert count(short_app, RefreshToken) == 1
             assert count(short_app, Grant) == 1
             assert count(short_app, AuthorizationCode) == 0

@@ -28,7 +28,7 @@ from .conftest import RESOURCE, add_user
 from .test_dpop_tokens import KEY, OTHER, proof, thumbprint
 from .test_token import claims_of, get_code, refresh, tokens
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.every_engine]  # storage: on both engines
 GRACE = 30  # the default
 
 

@@ -239,6 +239,7 @@ async def test_wrong_codes_are_throttled_like_passwords(seeded: Starlette, clock
         assert late.status_code == 429
 
 
+@pytest.mark.every_engine  # concurrency: row locks differ between the engines
 async def test_concurrent_wrong_codes_are_never_checked_past_the_limit(
     seeded: Starlette, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

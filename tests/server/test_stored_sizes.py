@@ -43,7 +43,7 @@ from ..conftest import ISSUER
 from ..oauth import authorization_params, follow, forms, pkce_pair, register_public_client, submit
 from .conftest import RESOURCE
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.every_engine]  # storage: on both engines
 
 NAME = "n" * (limits.MAX_NAME_LENGTH + 1)
 WEB_URI = "https://app.example.com/" + "a" * limits.MAX_URI_LENGTH

@@ -134,6 +134,7 @@ async def test_t1_a_replayed_code_is_refused_and_revokes_the_grant(
     assert after.json()["error"] == "invalid_grant"
 
 
+@pytest.mark.every_engine  # concurrency: row locks differ between the engines
 async def test_t1_concurrent_redemptions_have_exactly_one_winner(
     http: httpx2.AsyncClient, public_client: dict[str, Any]
 ) -> None:
@@ -223,6 +224,7 @@ async def test_t13_refresh_rotates_and_reuse_after_the_grace_kills_the_family(
         assert killed.json()["error"] == "invalid_grant"
 
 
+@pytest.mark.every_engine  # concurrency: row locks differ between the engines
 async def test_t13_concurrent_refreshes_all_win_within_the_grace_and_die_with_their_family(
     http: httpx2.AsyncClient, public_client: dict[str, Any], settings: Any
 ) -> None:

@@ -252,6 +252,7 @@ async def test_a_refresh_refused_for_another_reason_keeps_the_tokens(
     assert (await exchange(http, mcp_server, subject)).status_code == 200
 
 
+@pytest.mark.every_engine  # concurrency: row locks differ between the engines
 async def test_a_refresh_that_lost_a_race_returns_what_the_winner_kept(
     app: Starlette,
     http: httpx2.AsyncClient,
