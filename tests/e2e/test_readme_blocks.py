@@ -66,7 +66,9 @@ class Demo:
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=120,
+            # a bound, not a measure: the admin block starts twelve `mcpauth` processes, a
+            # second of CPU each, which a loaded 2-core machine stretched past 120 s once
+            timeout=300,
             check=False,
         )
         assert done.returncode == 0, (
