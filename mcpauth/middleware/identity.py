@@ -26,10 +26,12 @@ from mcpauth.middleware.verifier import VerifiedToken
 __all__ = ["TokenUser", "current_token", "verified_token"]
 
 SCOPE_KEY = "mcpauth.token"
-_current: ContextVar[VerifiedToken | None] = ContextVar("mcpauth_token", default=None)
-# The caller's raw token, for token exchange only (mcpauth.middleware.exchange): never in the
-# scope, never sent anywhere but to the authorization server that issued it.
-_subject: ContextVar[str | None] = ContextVar("mcpauth_subject_token", default=None)
+# The caller's verified token, and its raw token for token exchange only
+# (mcpauth.middleware.exchange): that one never in the scope, never sent anywhere but to the
+# authorization server that issued it. One variable for both: one set and one reset a request.
+_current: ContextVar[tuple[VerifiedToken, str | None] | None] = ContextVar(
+    "mcpauth_token", default=None
+)
 
 
 class TokenUser(SimpleUser):
@@ -51,12 +53,14 @@ def verified_token(conn: Any) -> VerifiedToken | None:
 
 def current_token() -> VerifiedToken | None:
     """The caller's token in the current request's context (works inside MCP tools)."""
-    return _current.get()
+    current = _current.get()
+    return None if current is None else current[0]
 
 
 def subject_token() -> str | None:
     """The current caller's token, for :class:`~mcpauth.middleware.exchange.TokenExchanger`."""
-    return _subject.get()
+    current = _current.get()
+    return None if current is None else current[1]
 
 
 def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
@@ -65,19 +69,20 @@ def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
     return sdk_user if sdk_user is not None else TokenUser(token)
 
 
-Resets = tuple["Token[VerifiedToken | None]", "Token[str | None]", Any]
+Resets = tuple["Token[tuple[VerifiedToken, str | None] | None]", Any]
 
 
 class Caller:
     """A verified token and everything the application is shown of it, built once per token
     (the middleware keeps it with the token) and put in place around each of its requests
-    with :meth:`enter` and :meth:`leave`."""
+    with :meth:`enter` and :meth:`leave`. Like the user, ``scope["auth"]`` is built once."""
 
-    __slots__ = ("_sdk_var", "token", "user")
+    __slots__ = ("_auth", "_sdk_var", "token", "user")
 
     def __init__(self, token: VerifiedToken, digest: bytes) -> None:
         self.token = token
         self.user = make_user(token, digest)
+        self._auth = AuthCredentials(token.scopes)
         self._sdk_var = _sdk.context_var(self.user)
 
     def enter(self, scope: Scope, raw: str | None = None) -> Resets:
@@ -85,19 +90,14 @@ class Caller:
         the context, for token exchange); hand what this returns to :meth:`leave`."""
         token = self.token
         scope["user"] = self.user
-        scope["auth"] = AuthCredentials(token.scopes)
+        scope["auth"] = self._auth
         scope[SCOPE_KEY] = token
         sdk = self._sdk_var
-        return (
-            _current.set(token),
-            _subject.set(raw),
-            None if sdk is None else sdk.set(self.user),
-        )
+        return _current.set((token, raw)), None if sdk is None else sdk.set(self.user)
 
     def leave(self, resets: Resets) -> None:
         """Take the caller out of the context again, when its request is over."""
-        current, subject, sdk = resets
+        current, sdk = resets
         if sdk is not None:
             self._sdk_var.reset(sdk)
-        _subject.reset(subject)
         _current.reset(current)
