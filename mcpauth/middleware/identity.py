@@ -75,14 +75,14 @@ Resets = tuple["Token[tuple[VerifiedToken, str | None] | None]", Any]
 class Caller:
     """A verified token and everything the application is shown of it, built once per token
     (the middleware keeps it with the token) and put in place around each of its requests
-    with :meth:`enter` and :meth:`leave`. Like the user, ``scope["auth"]`` is built once."""
+    with :meth:`enter` and :meth:`leave`. ``scope["auth"]`` is made per request: its list of
+    scopes is the application's to change."""
 
-    __slots__ = ("_auth", "_sdk_var", "token", "user")
+    __slots__ = ("_sdk_var", "token", "user")
 
     def __init__(self, token: VerifiedToken, digest: bytes) -> None:
         self.token = token
         self.user = make_user(token, digest)
-        self._auth = AuthCredentials(token.scopes)
         self._sdk_var = _sdk.context_var(self.user)
 
     def enter(self, scope: Scope, raw: str | None = None) -> Resets:
@@ -90,7 +90,7 @@ class Caller:
         the context, for token exchange); hand what this returns to :meth:`leave`."""
         token = self.token
         scope["user"] = self.user
-        scope["auth"] = self._auth
+        scope["auth"] = AuthCredentials(token.scopes)
         scope[SCOPE_KEY] = token
         sdk = self._sdk_var
         return _current.set((token, raw)), None if sdk is None else sdk.set(self.user)
