@@ -295,7 +295,7 @@ def report(
         f"**A warm Bearer `tools/call` through ProtectedResourceMiddleware: {rps['mcpauth']:.0f} "
         f"req/s, {ratio:.2f}x the unprotected SDK app ({rps['plain']:.0f} req/s) in the same "
         f"rounds; by server CPU per request {cpu_ratio:.2f}x ({cpu_us['mcpauth']:.0f} vs "
-        f"{cpu_us['plain']:.0f} µs, +{cpu_us['mcpauth'] - cpu_us['plain']:.0f} µs)"
+        f"{cpu_us['plain']:.0f} µs, {cpu_us['mcpauth'] - cpu_us['plain']:+.0f} µs)"
         f"{before}{frozen}; "
         "with a policy the token does not cover (the body read): "
         f"{rate_ratio['mcpauth-body']:.2f}x by rate, {cpu_ratio_of['mcpauth-body']:.2f}x by "
