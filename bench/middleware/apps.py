@@ -6,6 +6,8 @@
     python apps.py mcpauth-body ...                               (the same, with a policy the
                                                                    bench token does not cover)
     python apps.py fastmcp  --fd N --issuer URL --resource URL    (SDK auth + fastmcp JWTVerifier)
+    python apps.py plain-frozen ... / mcpauth-frozen ...           (the same with gc.freeze():
+                                                                   before serving / gc_freeze=True)
 
 The MCP app is the official SDK's MCPServer streamable HTTP app, stateless with JSON
 responses, so that every ``tools/call`` is one self-contained POST.
@@ -14,6 +16,7 @@ responses, so that every ``tools/call`` is one self-contained POST.
 from __future__ import annotations
 
 import argparse
+import gc
 import socket
 import sys
 from collections.abc import Callable
@@ -62,15 +65,27 @@ def mcp_app() -> Starlette:
     return mcp_server().streamable_http_app(stateless_http=True, json_response=True)
 
 
-def with_mcpauth(issuer: str, resource: str, tools: dict[str, str] | None = None) -> Any:
+def with_mcpauth(
+    issuer: str, resource: str, tools: dict[str, str] | None = None, *, gc_freeze: bool = False
+) -> Any:
     """The middleware with a per-tool policy: by default one the bench token (``mcp:basic``)
-    covers; with ``tools`` naming a scope it lacks, every POST has its body read."""
+    covers; with ``tools`` naming a scope it lacks, every POST has its body read. (A baseline
+    checkout from before ``gc_freeze`` runs this too: the keyword only when it is asked for.)"""
     return ProtectedResourceMiddleware(
         mcp_app(),
         resource=resource,
         authorization_servers=[issuer],
         policy=ScopePolicy(required="mcp:basic", tools=tools or {"add": "mcp:basic"}),
+        **({"gc_freeze": True} if gc_freeze else {}),
     )
+
+
+def frozen(app: Any) -> Any:
+    """``app`` with the heap built so far frozen (``gc.freeze()``), as ``gc_freeze=True`` does
+    at lifespan start-up, but without a wrapper around the unprotected app."""
+    gc.collect()
+    gc.freeze()
+    return app
 
 
 def with_fastmcp(issuer: str, resource: str) -> Any:
@@ -117,6 +132,8 @@ def main(argv: list[str]) -> None:
                 args.issuer, args.resource, {"add": "mcp:basic", "reset": "mcp:admin"}
             ),
             "fastmcp": lambda args: with_fastmcp(args.issuer, args.resource),
+            "plain-frozen": lambda args: frozen(mcp_app()),
+            "mcpauth-frozen": lambda args: with_mcpauth(args.issuer, args.resource, gc_freeze=True),
         },
         argv,
     )

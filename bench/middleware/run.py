@@ -75,6 +75,8 @@ NAMES = {
     "baseline": "SDK app + ProtectedResourceMiddleware, baseline checkout (before)",
     "baseline-body": "the same, a policy the token does not cover, baseline checkout (before)",
     "fastmcp": "SDK app + SDK auth with FastMCP `JWTVerifier` (peer)",
+    "plain-frozen": "SDK app, unprotected, `gc.freeze()` after start-up",
+    "mcpauth-frozen": "SDK app + ProtectedResourceMiddleware(gc_freeze=True) (warm Bearer)",
 }
 # each row's role in apps.py, and whether it runs from the baseline checkout
 ROLES = {
@@ -84,6 +86,8 @@ ROLES = {
     "baseline": ("mcpauth", True),
     "baseline-body": ("mcpauth-body", True),
     "fastmcp": ("fastmcp", False),
+    "plain-frozen": ("plain-frozen", False),
+    "mcpauth-frozen": ("mcpauth-frozen", False),
 }
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
 
@@ -150,6 +154,8 @@ def rows(args: argparse.Namespace) -> list[str]:
         found += ["baseline", "baseline-body"]
     if importlib.util.find_spec("fastmcp") is not None:
         found.append("fastmcp")
+    if args.gc_freeze:
+        found += ["plain-frozen", "mcpauth-frozen"]
     return found
 
 
@@ -272,13 +278,25 @@ def report(
             f"{cpu_ratio_of['baseline']:.2f}x by CPU "
             f"(+{cpu_us['baseline'] - cpu_us['plain']:.0f} µs)"
         )
+    frozen = ""
+    if "mcpauth-frozen" in results:
+        pairs = list(zip(results["plain-frozen"], results["mcpauth-frozen"], strict=True))
+        by_rate = statistics.median(m["rps"] / p["rps"] for p, m in pairs)
+        by_cpu = statistics.median(p["server_cpu_ms"] / m["server_cpu_ms"] for p, m in pairs)
+        frozen = (
+            f"; with the start-up heap frozen in both (`gc_freeze=True`, `gc.freeze()`) "
+            f"{by_rate:.2f}x by rate, {by_cpu:.2f}x by CPU ({cpu_us['mcpauth-frozen']:.0f} vs "
+            f"{cpu_us['plain-frozen']:.0f} µs; the freeze alone takes the unprotected app from "
+            f"{cpu_us['plain']:.0f} to {cpu_us['plain-frozen']:.0f} µs)"
+        )
     lines = [
         "# Middleware: a protected MCP `tools/call` against the same SDK app unprotected",
         "",
         f"**A warm Bearer `tools/call` through ProtectedResourceMiddleware: {rps['mcpauth']:.0f} "
         f"req/s, {ratio:.2f}x the unprotected SDK app ({rps['plain']:.0f} req/s) in the same "
         f"rounds; by server CPU per request {cpu_ratio:.2f}x ({cpu_us['mcpauth']:.0f} vs "
-        f"{cpu_us['plain']:.0f} µs, +{cpu_us['mcpauth'] - cpu_us['plain']:.0f} µs){before}; "
+        f"{cpu_us['plain']:.0f} µs, {cpu_us['mcpauth'] - cpu_us['plain']:+.0f} µs)"
+        f"{before}{frozen}; "
         "with a policy the token does not cover (the body read): "
         f"{rate_ratio['mcpauth-body']:.2f}x by rate, {cpu_ratio_of['mcpauth-body']:.2f}x by "
         "CPU.**",
@@ -370,6 +388,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--cold-tokens", type=int, default=2000)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="also both apps with the start-up heap frozen"
+    )
     args = parser.parse_args()
     common.require_tools("wrk", "taskset")
     load_before = os.getloadavg()[0]

@@ -26,10 +26,12 @@ from mcpauth.middleware.verifier import VerifiedToken
 __all__ = ["TokenUser", "current_token", "verified_token"]
 
 SCOPE_KEY = "mcpauth.token"
-_current: ContextVar[VerifiedToken | None] = ContextVar("mcpauth_token", default=None)
-# The caller's raw token, for token exchange only (mcpauth.middleware.exchange): never in the
-# scope, never sent anywhere but to the authorization server that issued it.
-_subject: ContextVar[str | None] = ContextVar("mcpauth_subject_token", default=None)
+# The caller's verified token, and its raw token for token exchange only
+# (mcpauth.middleware.exchange): that one never in the scope, never sent anywhere but to the
+# authorization server that issued it. One variable for both: one set and one reset a request.
+_current: ContextVar[tuple[VerifiedToken, str | None] | None] = ContextVar(
+    "mcpauth_token", default=None
+)
 
 
 class TokenUser(SimpleUser):
@@ -51,12 +53,14 @@ def verified_token(conn: Any) -> VerifiedToken | None:
 
 def current_token() -> VerifiedToken | None:
     """The caller's token in the current request's context (works inside MCP tools)."""
-    return _current.get()
+    current = _current.get()
+    return None if current is None else current[0]
 
 
 def subject_token() -> str | None:
     """The current caller's token, for :class:`~mcpauth.middleware.exchange.TokenExchanger`."""
-    return _subject.get()
+    current = _current.get()
+    return None if current is None else current[1]
 
 
 def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
@@ -65,13 +69,14 @@ def make_user(token: VerifiedToken, digest: bytes) -> BaseUser:
     return sdk_user if sdk_user is not None else TokenUser(token)
 
 
-Resets = tuple["Token[VerifiedToken | None]", "Token[str | None]", Any]
+Resets = tuple["Token[tuple[VerifiedToken, str | None] | None]", Any]
 
 
 class Caller:
     """A verified token and everything the application is shown of it, built once per token
     (the middleware keeps it with the token) and put in place around each of its requests
-    with :meth:`enter` and :meth:`leave`."""
+    with :meth:`enter` and :meth:`leave`. ``scope["auth"]`` is made per request: its list of
+    scopes is the application's to change."""
 
     __slots__ = ("_sdk_var", "token", "user")
 
@@ -88,16 +93,11 @@ class Caller:
         scope["auth"] = AuthCredentials(token.scopes)
         scope[SCOPE_KEY] = token
         sdk = self._sdk_var
-        return (
-            _current.set(token),
-            _subject.set(raw),
-            None if sdk is None else sdk.set(self.user),
-        )
+        return _current.set((token, raw)), None if sdk is None else sdk.set(self.user)
 
     def leave(self, resets: Resets) -> None:
         """Take the caller out of the context again, when its request is over."""
-        current, subject, sdk = resets
+        current, sdk = resets
         if sdk is not None:
             self._sdk_var.reset(sdk)
-        _subject.reset(subject)
         _current.reset(current)
