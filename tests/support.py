@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx2
 
-from . import forked_cli
+from . import forks
 
 VENV_BIN = Path(sys.executable).parent
 MCPAUTH = str(VENV_BIN / "mcpauth")
@@ -78,13 +78,24 @@ def running(
     """Start ``args``, wait until ``ready_url`` answers, and stop it (TERM, then KILL) after."""
     full_env = {**os.environ, **(env or {})}
     log = open(Path(cwd or ".") / f"process-{os.getpid()}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        list(args),
-        env=full_env,
-        cwd=cwd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    process = (
+        forks.ForkedProcess(  # a program of this interpreter: forked, not exec'd
+            args,
+            env=full_env,
+            cwd=cwd,
+            stdout=log.fileno(),
+            stderr=subprocess.STDOUT,
+            new_session=True,
+        )
+        if forks.forkable(args, full_env)
+        else subprocess.Popen(
+            list(args),
+            env=full_env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     )
     try:
         try:
@@ -118,8 +129,8 @@ def run_cli(
     cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, **(env or {})}
-    if forked_cli.forkable(args, environment):  # an admin command: forked, not exec'd
-        return forked_cli.run(args, env=environment, stdin=stdin, cwd=cwd, timeout=60)
+    if forks.forkable([MCPAUTH, *args], environment):  # forked, not exec'd (tests/forks.py)
+        return forks.run([MCPAUTH, *args], env=environment, stdin=stdin, cwd=cwd, timeout=60)
     return subprocess.run(
         [MCPAUTH, *args],
         input=stdin,

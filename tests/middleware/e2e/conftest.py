@@ -3,6 +3,7 @@ test (so the URL is known up front and nothing races for the port) and is always
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mcpauth import jwt
+from tests import forks
 from tests.redis_server import redis_server, redis_url, silent_redis  # noqa: F401  (fixtures)
 from tests.support import wait_for
 
@@ -64,7 +66,11 @@ class Spawner:
         split = argv.index("--") if "--" in argv else len(argv)
         target = ["-m", module] if module else [str(script)]
         args = [sys.executable, *target, *argv[:split], *fd, *argv[split:]]
-        popen = subprocess.Popen(args, pass_fds=(sock.fileno(),))
+        popen = (
+            forks.ForkedProcess(args, env=os.environ, pass_fds=[sock.fileno()])
+            if forks.forkable(args, os.environ)
+            else subprocess.Popen(args, pass_fds=(sock.fileno(),))
+        )
         self.started.append(popen)
         # answering before it is used: a request queued in the backlog of a process still
         # importing (seconds on a loaded machine) would otherwise meet the caller's own

@@ -1,4 +1,4 @@
-"""An admin command run forked (tests/forked_cli.py) behaves as the same command started with
+"""An admin command run forked (tests/forks.py) behaves as the same command started with
 exec: the same output, error output and exit status, standard input passed through, the
 environment and directory it is given, and a process of its own."""
 
@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from . import forked_cli
+from . import forks
 from .support import MCPAUTH
 
 
@@ -33,8 +35,8 @@ def exec_cli(
 def forked(
     args: list[str], env: dict[str, str], stdin: str | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    assert forked_cli.forkable(args, env)
-    return forked_cli.run(args, env=env, stdin=stdin, cwd=cwd, timeout=60)
+    assert forks.forkable([MCPAUTH, *args], env)
+    return forks.run([MCPAUTH, *args], env=env, stdin=stdin, cwd=cwd, timeout=60)
 
 
 @pytest.fixture
@@ -120,8 +122,73 @@ def test_each_command_has_its_own_environment_and_directory(
     assert "gh2" not in config.read_text()
 
 
-def test_only_admin_commands_in_the_same_interpreter_setting_are_forked() -> None:
-    assert forked_cli.forkable(["users", "list"], dict(os.environ))
-    assert not forked_cli.forkable(["serve"], dict(os.environ))
-    assert not forked_cli.forkable(["token", "https://x"], dict(os.environ))
-    assert not forked_cli.forkable(["users", "list"], {**os.environ, "PYTHONPATH": "/elsewhere"})
+def test_only_this_interpreter_s_programs_in_its_setting_are_forked() -> None:
+    env = dict(os.environ)
+    assert forks.forkable([MCPAUTH, "users", "list"], env)
+    assert forks.forkable([MCPAUTH, "serve", "--port", "1"], env)
+    assert forks.forkable([sys.executable, "-m", "mcpauth.proxy.cli"], env)
+    assert forks.forkable([sys.executable, "examples/protected_server.py"], env)
+    assert not forks.forkable([MCPAUTH, "token", "https://x"], env)  # start-up is measured
+    assert not forks.forkable([sys.executable, "-c", "pass"], env)
+    assert not forks.forkable(["node", "server.js"], env)
+    assert not forks.forkable([MCPAUTH, "users", "list"], {**env, "PYTHONPATH": "/elsewhere"})
+
+
+SCRIPT = """
+import os, signal, sys, time
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "name", __name__, flush=True)
+print("group", os.getpgid(0) == os.getpid(), "env", os.environ.get("FORK_TEST"), flush=True)
+if sys.argv[1] == "serve":
+    os.write(int(sys.argv[2]), b"listening")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+    time.sleep(60)
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+def test_a_forked_script_runs_as_main_in_its_session_and_reports_its_status(tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(SCRIPT)
+    log = tmp_path / "out.log"
+    env = {**os.environ, "FORK_TEST": "yes"}
+    with log.open("wb") as out:
+        done = forks.ForkedProcess(
+            [sys.executable, str(script), "7"],
+            env=env,
+            cwd=tmp_path,
+            stdout=out.fileno(),
+            new_session=True,
+        )
+        assert done.wait(timeout=30) == 7
+    text = log.read_text()
+    assert f"argv ['7'] cwd {tmp_path} name __main__" in text
+    assert "group True env yes" in text
+
+    # a long-running one: a descriptor passed at its own number, its signal handler, its status
+    reader, writer = os.pipe()
+    try:
+        serving = forks.ForkedProcess(
+            [sys.executable, str(script), "serve", str(writer)],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            pass_fds=[writer],
+        )
+        assert os.read(reader, 100) == b"listening"
+        assert serving.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            serving.wait(timeout=0.2)
+        serving.terminate()
+        assert serving.wait(timeout=30) == 3
+        killed = forks.ForkedProcess(
+            [sys.executable, str(script), "serve", str(writer)],
+            env=env,
+            cwd=tmp_path,
+            pass_fds=[writer],
+        )
+        assert os.read(reader, 100) == b"listening"
+        killed.kill()
+        assert killed.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        os.close(reader)
+        os.close(writer)
