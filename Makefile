@@ -14,9 +14,10 @@ STAMP := $(VENV)/.installed
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 unexport PYTHONDONTWRITEBYTECODE
 
-# pytest-xdist workers: most e2e tests wait on the processes they start, so more workers than
-# the 2 cores of CI's machine pay off (`make test PYTEST_WORKERS=2` to compare)
-PYTEST_WORKERS ?= 4
+# pytest-xdist workers: the e2e tests wait on the processes they start, so one more worker than
+# the 2 cores of CI's machine pays off; a fourth only adds contention (5 min 34 s with 3, 6 min
+# 2 s with 4, on one fresh clone; `make test PYTEST_WORKERS=N` to compare)
+PYTEST_WORKERS ?= 3
 # --dist loadfile: a module's tests stay on one worker, so the processes, servers and containers
 # its module fixtures start are started once (and never twice at once, as compose's fixed ports
 # and project name need)
@@ -65,12 +66,12 @@ typecheck: $(STAMP)
 pytest-fast: $(STAMP)
 	$(BIN)/pytest -n $(CHECK_WORKERS) -q -m "$(FAST_LANE)" $(PYTEST_ARGS)
 
-# What the tests drive besides Python, installed once before the workers start (never raced by
-# them): Node 22 and the pinned npm packages (Chromium and PostgreSQL need root: .ci/run).
+# What many tests drive besides Python, installed once before the workers start (never raced
+# by them): Node 22 and the pinned npm packages (Chromium and PostgreSQL need root: .ci/run).
+# The conformance suites install on first use, one install at a time (a lock in their scripts),
+# while the other workers run.
 test-tools:
 	scripts/ensure-npm-peers.sh >/dev/null
-	scripts/conformance-client.sh install
-	scripts/conformance-authorization.sh install >/dev/null
 
 # Every test in one parallel session: the server tests that reach a database run on SQLite, and
 # the storage tests among them once more on PostgreSQL (MCPAUTH_TEST_DATABASE=sqlite,postgresql,

@@ -25,6 +25,10 @@ log() { printf '%s\n' "$*" >&2; }
 
 install() {
     command -v npm >/dev/null || { log "npm is not installed"; return 127; }
+    # one install at a time: the client suites' script installs into the same folder, and
+    # `make test` leaves both to the tests that use them (on different workers)
+    exec 9>"$ROOT/.conformance-install.lock"
+    flock 9
     local node="$ROOT/.node22/node_modules/.bin/node" major=""
     [ -x "$node" ] && major="$("$node" -p 'process.versions.node.split(".")[0]' 2>/dev/null || true)"
     if [ "$major" != "$NODE_MAJOR" ]; then
@@ -45,6 +49,7 @@ install() {
     local bin="$PREFIX/node_modules/.bin/conformance"
     [ "$("$bin" --version </dev/null)" = "$CONFORMANCE_VERSION" ] || {
         log "conformance $CONFORMANCE_VERSION did not install"; return 1; }
+    exec 9>&-
     printf '%s\n' "$bin"
 }
 

@@ -41,8 +41,13 @@ install_suite() {  # install_suite DIR VERSION
             "@modelcontextprotocol/conformance@$2" >/dev/null </dev/null
     fi
 }
+# one install at a time: scripts/conformance-authorization.sh installs into .conformance-alpha/
+# too, and `make test` leaves both to the tests that use them (on different workers)
+exec 9>"$ROOT/.conformance-install.lock"
+flock 9
 install_suite .conformance "$CONFORMANCE_VERSION"
 install_suite .conformance-alpha "$NEXT_VERSION"
+exec 9>&-
 # `install`: only install (make test does, before its workers start, so no two race)
 [ "${SUITES[0]:-}" != install ] || exit 0
 CONFORMANCE="$ROOT/.conformance/node_modules/.bin/conformance"

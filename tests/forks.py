@@ -248,8 +248,14 @@ def run(
     readers = [threading.Thread(target=drain, args=(fd,), daemon=True) for fd in (out_r, err_r)]
     for reader in readers:
         reader.start()
-    with os.fdopen(stdin_w, "wb") as pipe, contextlib.suppress(BrokenPipeError):
-        pipe.write((stdin or "").encode())
+    data = (stdin or "").encode()
+    try:
+        while data:  # a command that exits without reading it all closes the pipe: fine
+            data = data[os.write(stdin_w, data) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(stdin_w)
     for reader in readers:
         reader.join(max(0.0, deadline - time.monotonic()))
     try:
