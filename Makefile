@@ -39,9 +39,6 @@ $(STAMP): pyproject.toml
 # clone's `make test`; pip itself when uv cannot be had
 	( $(BIN)/python -m pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python \
 		-e '.[all,dev]' ) || $(BIN)/python -m pip install -q -e '.[all,dev]'
-# bytecode for everything once, on both cores, into PYTHONPYCACHEPREFIX (where the installer's
-# own would not be read): the test workers, starting together, would each compile it again
-	$(BIN)/python -m compileall -q -j0 $(VENV)/lib mcpauth tests >/dev/null || true
 	touch $(STAMP)
 
 run: $(STAMP)
