@@ -20,8 +20,10 @@ unexport PYTHONDONTWRITEBYTECODE
 PYTEST_WORKERS ?= 3
 # --dist loadfile: a module's tests stay on one worker, so the processes, servers and containers
 # its module fixtures start are started once (and never twice at once, as compose's fixed ports
-# and project name need)
-XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+# and project name need). --no-loadscope-reorder: the modules are handed out in the order
+# tests/conftest.py puts them in, the long container, browser and e2e modules first; xdist's
+# own order (most tests first) left them all for the end, where they set the tail
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # the unit lane is in-process CPU work: one worker per core and one more
 CHECK_WORKERS ?= 3
 # the lanes (markers, see pyproject.toml and tests/conftest.py): `make check` runs the unit lane
