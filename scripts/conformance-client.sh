@@ -20,6 +20,9 @@ CONFORMANCE_VERSION="0.1.16"
 NEXT_VERSION="0.2.0-alpha.12"
 REQUIREMENTS="2026-07-28"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+# the client command the suites start per scenario (the tests give one that forks it from a
+# process that has imported it already)
+CLIENT="${CONFORMANCE_CLIENT:-$PYTHON -m mcpauth.client.conformance}"
 RESULTS="${RESULTS:-$ROOT/results/conformance-client}"
 SUITES=("$@")
 [ ${#SUITES[@]} -gt 0 ] || SUITES=(auth metadata backcompat extensions draft)
@@ -57,7 +60,7 @@ mkdir -p "$RESULTS"
 status=0
 for suite in "${SUITES[@]}"; do
     out="$RESULTS/$suite.txt"
-    if "$CONFORMANCE" client --command "$PYTHON -m mcpauth.client.conformance" \
+    if "$CONFORMANCE" client --command "$CLIENT" \
         --suite "$suite" -o "$RESULTS/$suite" >"$out" 2>&1 </dev/null; then
         log "conformance $suite: passed"
     else
@@ -68,7 +71,7 @@ for suite in "${SUITES[@]}"; do
 done
 # The newest release: its auth suite must pass whole.
 out="$RESULTS/next-auth.txt"
-if "$NEXT" client --command "$PYTHON -m mcpauth.client.conformance" --suite auth \
+if "$NEXT" client --command "$CLIENT" --suite auth \
     -o "$RESULTS/next-auth" >"$out" 2>&1 </dev/null; then
     log "conformance $NEXT_VERSION auth: passed"
 else
@@ -80,7 +83,7 @@ fi
 # The newest release, the $REQUIREMENTS requirement set: every auth/* line must be a pass
 # with no expected failures; the exit status covers non-auth scenarios too, so it is not used.
 out="$RESULTS/next-requirements.txt"
-"$NEXT" client --command "$PYTHON -m mcpauth.client.conformance" --requirements "$REQUIREMENTS" \
+"$NEXT" client --command "$CLIENT" --requirements "$REQUIREMENTS" \
     -o "$RESULTS/next-requirements" >"$out" 2>&1 </dev/null || true
 passed="$(grep -cE '^✓ auth/' "$out" || true)"
 failed=()

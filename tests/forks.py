@@ -16,6 +16,13 @@ socket in a private directory, dies with the test process (parent-death signal).
 the test process sends the program, environment and directory with the file descriptors it is
 to have (SCM_RIGHTS); the server forks, the child puts them in place, answers its pid and runs
 the program; the server, which reaps it, answers its exit status on the same connection.
+
+Programs that another program starts (the conformance suite starts its client once per
+scenario, about eighty times) are forked the same way from a server of their own that has also
+imported what they use (:func:`server`): the command that program is given is a launcher,
+``python -S tests/forks.py launch PATH -m module ...`` (:func:`launch`), which starts in a few
+milliseconds, hands its own streams, environment and directory to the forked child, passes on
+the signals it gets and ends with the child's status.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,27 +89,73 @@ def forkable(args: Sequence[str], env: Mapping[str, str]) -> bool:
     return _python(env) == _server.get("python", _python(os.environ))
 
 
+def _start(path: str, preload: Sequence[str], *, new_session: bool) -> subprocess.Popen[bytes]:
+    """A forking server listening on ``path``, once it has imported what its programs use."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.forks", path, *preload],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        preexec_fn=None if new_session else _die_with_parent,
+        start_new_session=new_session,
+    )
+    assert process.stdout is not None
+    ready = process.stdout.readline()  # after the imports
+    if ready.strip() != b"ready":
+        process.kill()
+        raise RuntimeError(f"the forking server did not start: {ready!r}")
+    return process
+
+
 def _socket_path() -> str:
     with _lock:
         process = _server.get("process")
         if process is None or process.poll() is not None:
-            folder = tempfile.mkdtemp(prefix="mcpauth-forks-")
-            path = os.path.join(folder, "server.sock")
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.forks", path],
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                preexec_fn=_die_with_parent,
-            )
-            assert process.stdout is not None
-            ready = process.stdout.readline()  # after the imports
-            if ready.strip() != b"ready":
-                process.kill()
-                raise RuntimeError(f"the forking server did not start: {ready!r}")
+            path = os.path.join(tempfile.mkdtemp(prefix="mcpauth-forks-"), "server.sock")
+            process = _start(path, (), new_session=False)
             _server.update(process=process, path=path, python=_python(os.environ))
             atexit.register(process.kill)
         return str(_server["path"])
+
+
+@contextlib.contextmanager
+def server(preload: Sequence[str]) -> Iterator[str]:
+    """A forking server of its own that has also imported the modules ``preload`` names (for
+    programs that another program starts, through :func:`launch`): its socket's path. On
+    leaving, it and every process it forked that is still running are killed (they share its
+    session)."""
+    folder = tempfile.mkdtemp(prefix="mcpauth-forks-")
+    path = os.path.join(folder, "server.sock")
+    process = _start(path, preload, new_session=True)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        assert process.stdout is not None
+        process.stdout.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            os.rmdir(folder)
+
+
+def launch(path: str, program: Sequence[str]) -> int:
+    """Run ``program`` (``-m module ...`` or ``script.py ...``) forked from the server at
+    ``path`` with this process's standard streams, environment and directory, pass on the
+    signals this process is sent, and end as it ends: ``python -S tests/forks.py launch PATH
+    PROGRAM...`` is a command another program (the conformance suite) can start by the dozen
+    for a few milliseconds each, where an interpreter importing the MCP SDK takes a second."""
+    child = ForkedProcess(
+        [sys.executable, *program], env=os.environ, stdin=0, stdout=1, stderr=2, server=path
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    code = child.wait()
+    if code < 0:  # ended by a signal: end by the same one
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
 
 
 class ForkedProcess(subprocess.Popen[bytes]):
@@ -121,6 +174,7 @@ class ForkedProcess(subprocess.Popen[bytes]):
         stderr: int | None = None,
         new_session: bool = False,
         pass_fds: Sequence[int] = (),
+        server: str | None = None,
     ) -> None:
         program = program_of(args)
         assert program is not None, args
@@ -160,7 +214,7 @@ class ForkedProcess(subprocess.Popen[bytes]):
         ).encode()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._conn.connect(_socket_path())
+            self._conn.connect(server or _socket_path())
             socket.send_fds(self._conn, [_HEADER.pack(len(request))], fds)
             self._conn.sendall(request)
         finally:
@@ -359,9 +413,11 @@ def _run(program: list[str], cwd: str) -> int:  # pragma: no cover - in the fork
         return 1
 
 
-def serve(path: str) -> None:  # pragma: no cover - the forking server's own process
-    """Import what the programs use, say ready, then fork a child per connection, reap each
-    and answer its status on its connection."""
+def serve(path: str, preload: Sequence[str] = ()) -> None:  # pragma: no cover - its process
+    """Import what the programs use (and the modules ``preload`` names), say ready, then fork a
+    child per connection, reap each and answer its status on its connection."""
+    import importlib
+
     import uvicorn  # noqa: F401
 
     import mcpauth.cli
@@ -369,6 +425,8 @@ def serve(path: str) -> None:  # pragma: no cover - the forking server's own pro
     import mcpauth.server.app
 
     mcpauth.cli.build_parser()  # every group's parser: the imports they make
+    for module in preload:
+        importlib.import_module(module)
     waker_r, waker_w = os.pipe()
     os.set_blocking(waker_w, False)
     signal.set_wakeup_fd(waker_w)
@@ -415,4 +473,6 @@ def serve(path: str) -> None:  # pragma: no cover - the forking server's own pro
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    if sys.argv[1] == "launch":  # launch PATH PROGRAM...
+        sys.exit(launch(sys.argv[2], sys.argv[3:]))
+    serve(sys.argv[1], sys.argv[2:])

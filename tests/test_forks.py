@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,79 @@ def test_a_forked_script_runs_as_main_in_its_session_and_reports_its_status(tmp_
     finally:
         os.close(reader)
         os.close(writer)
+
+
+LAUNCHED = """
+import os, signal, sys, time
+print("argv", sys.argv[1:], "env", os.environ.get("FORK_TEST"), flush=True)
+print("preloaded", "wsgiref.simple_server" in sys.modules, flush=True)
+print("pid", os.getpid(), flush=True)
+if sys.argv[1] == "serve":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+    print("listening", flush=True)
+    time.sleep(60)
+raise SystemExit(int(sys.argv[1]))
+"""
+
+
+def test_a_launched_program_is_forked_from_a_server_with_its_imports_and_ends_as_it_does(
+    tmp_path: Path,
+) -> None:
+    """What another program (the conformance suite) starts: ``python -S tests/forks.py launch
+    PATH PROGRAM`` runs PROGRAM forked from a server that imported what it was told, with the
+    launcher's streams, environment and directory; the launcher ends with its status and passes
+    on the signals it is sent."""
+    script = tmp_path / "program.py"
+    script.write_text(LAUNCHED)
+    launcher = [sys.executable, "-S", str(Path(forks.__file__)), "launch"]
+    env = {**os.environ, "FORK_TEST": "launched"}
+    with forks.server(["wsgiref.simple_server"]) as path:
+        done = subprocess.run(
+            [*launcher, path, str(script), "7"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 7, done.stderr
+        assert "argv ['7'] env launched" in done.stdout
+        assert "preloaded True" in done.stdout  # imported by the server, not by the program
+
+        serving = subprocess.Popen(
+            [*launcher, path, str(script), "serve"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert serving.stdout is not None
+        for _ in range(4):  # the lines it prints, the last once its handler is set
+            line = serving.stdout.readline()
+        assert line.strip() == "listening"
+        serving.terminate()  # to the launcher, which passes it on
+        assert serving.wait(timeout=30) == 3
+        serving.stdout.close()
+
+        orphan = subprocess.Popen(
+            [*launcher, path, str(script), "serve"], stdout=subprocess.PIPE, text=True, env=env
+        )
+        assert orphan.stdout is not None
+        lines = [orphan.stdout.readline() for _ in range(4)]
+        assert lines[-1].strip() == "listening"
+        child = int(lines[2].split()[1])
+        orphan.kill()  # the launcher dies without passing anything on: its program runs on
+        orphan.wait(timeout=30)
+        orphan.stdout.close()
+        os.kill(child, 0)
+    # leaving the server killed what it had forked and was still running
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a program forked by the server outlived it")
