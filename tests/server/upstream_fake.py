@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,23 @@ ALICE = {
 }
 
 
+# A 2048-bit RSA key takes ~50 ms to make, and the tests make a provider or two each, some
+# hundreds in a run: a process makes four and hands them out in turn, so the providers of one
+# test never share a key (a response of one provider never verifies with another's).
+_KEYS: list[RSAKey] = []
+_TURN = itertools.count()
+
+
+def provider_key() -> RSAKey:
+    """A signing key (kid ``k1``) for a provider, not the key of the one made before it."""
+    index = next(_TURN) % 4
+    if index == len(_KEYS):
+        _KEYS.append(
+            RSAKey.generate_key(2048, parameters={"kid": "k1", "alg": "RS256", "use": "sig"})
+        )
+    return _KEYS[index]
+
+
 def query(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
 
@@ -39,11 +57,7 @@ class FakeProvider:
     client_id: str = "mcpauth-client"
     client_secret: str = "upstream-client-secret-0123"
     clock: Callable[[], float] = time.time
-    key: RSAKey = field(
-        default_factory=lambda: RSAKey.generate_key(
-            2048, parameters={"kid": "k1", "alg": "RS256", "use": "sig"}
-        )
-    )
+    key: RSAKey = field(default_factory=provider_key)
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)  # "GET /path" of every call
     token_requests: list[dict[str, str]] = field(default_factory=list)
