@@ -17,6 +17,7 @@ import functools
 import hashlib
 import heapq
 import hmac
+import math
 import re
 import secrets
 import threading
@@ -391,37 +392,76 @@ class ReplayCacheFull(Exception):
 
 class MemoryReplayCache:
     """The single-use record of one process, bounded: expired entries are dropped as new ones
-    come, oldest expiry first (a heap, so no request pays for a sweep of the whole record);
-    when ``max_entries`` unexpired proofs are recorded a new proof is refused
+    come, a second's worth at a time (each entry is filed under the second it expires in, so no
+    request pays for a sweep of the whole record, nor for keeping it in expiry order); when
+    ``max_entries`` unexpired proofs are recorded a new proof is refused
     (:class:`ReplayCacheFull`) rather than an unexpired record evicted, which would let that
     proof be replayed. A proof is accepted for at most ``MAX_AGE + CLOCK_SKEW`` seconds, so the
-    record needs about that many seconds of proofs."""
+    record needs about that many seconds of proofs.
+
+    Every entry lives in dictionaries of strings and numbers only, which the cyclic garbage
+    collector does not track: however many proofs are recorded, a full collection walks a
+    few hundred objects of the record, not one or more per proof.
+    """
 
     def __init__(self, max_entries: int = 100_000) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._max = max_entries
-        self._entries: dict[str, float] = {}
-        self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, key)
+        self._entries: dict[str, float] = {}  # key -> expires_at
+        self._seconds: dict[int, dict[str, float]] = {}  # floor(expires_at) -> its entries
+        self._heap: list[int] = []  # the keys of _seconds, soonest first
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _forget(self, second: int, now: float) -> None:
+        """Drop the entries filed under ``second`` that have expired at ``now``, unless their
+        key was recorded again since (under another expiry)."""
+        filed = self._seconds[second]
+        entries = self._entries
+        for key, expires_at in [item for item in filed.items() if item[1] <= now]:
+            del filed[key]
+            if entries.get(key) == expires_at:
+                del entries[key]
+
     def _drop_expired(self, now: float) -> None:
-        while self._expiry and self._expiry[0][0] <= now:
-            expires_at, key = heapq.heappop(self._expiry)
-            if self._entries.get(key) == expires_at:
-                del self._entries[key]
+        """Drop every second whose entries have all expired (``expires_at <= now``)."""
+        heap = self._heap
+        while heap and heap[0] + 1 <= now:
+            self._forget(heap[0], now)
+            del self._seconds[heapq.heappop(heap)]
 
     async def first_use(self, key: str, expires_at: float) -> bool:
+        """Record ``key`` until ``expires_at``; False if it is already recorded (a replay).
+
+        Raises:
+            ReplayCacheFull: ``max_entries`` unexpired proofs are recorded.
+            ValueError: ``expires_at`` is not a finite number.
+        """
+        if not math.isfinite(expires_at):
+            raise ValueError("expires_at must be a finite number")
+        second = math.floor(expires_at)
         now = time.time()
         with self._lock:
             self._drop_expired(now)
-            if key in self._entries:
-                return False
-            if len(self._entries) >= self._max:
-                raise ReplayCacheFull("too many DPoP proofs in the replay window")
-            self._entries[key] = expires_at
-            heapq.heappush(self._expiry, (expires_at, key))
+            entries = self._entries
+            recorded = entries.get(key)
+            if recorded is not None:
+                if recorded > now:
+                    return False
+                del entries[key]  # expired this very second: the key is free again
+            if len(entries) >= self._max:
+                current = math.floor(now)  # the one second that may hold expired entries
+                if current in self._seconds:
+                    self._forget(current, now)
+                if len(entries) >= self._max:
+                    raise ReplayCacheFull("too many DPoP proofs in the replay window")
+            entries[key] = expires_at
+            filed = self._seconds.get(second)
+            if filed is None:
+                filed = self._seconds[second] = {}
+                heapq.heappush(self._heap, second)
+            filed[key] = expires_at
             return True

@@ -8,14 +8,17 @@ and the documented shared one; required DPoP; and the proof and token never reac
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import hmac
 import json
+import math
 import re
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ import httpx2
 import jwt as pyjwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from freezegun import freeze_time
 
 from mcpauth import jwt
 from mcpauth.dpop import (
@@ -490,6 +494,57 @@ async def test_the_replay_record_forgets_in_order_of_expiry() -> None:
     assert len(record) == 2
     assert not await record.first_use("late", now + 60)
     assert not await record.first_use("later", now + 120)
+
+
+async def test_the_replay_record_frees_a_key_the_moment_its_proof_expires() -> None:
+    record = MemoryReplayCache(max_entries=2)
+    start = 1_800_000_000.25
+    with freeze_time(datetime.fromtimestamp(start, UTC)) as clock:
+        assert await record.first_use("a", start + 0.25)
+        assert await record.first_use("b", start + 0.5)
+        clock.tick(0.25)  # "a" expires now, within the second it was filed under
+        assert await record.first_use("c", start + 60)  # full but for "a": room
+        assert not await record.first_use("b", start + 60)
+        clock.tick(0.25)
+        assert await record.first_use("b", start + 60)  # its old proof has just expired
+        assert len(record) == 2
+        with pytest.raises(ReplayCacheFull):
+            await record.first_use("d", start + 60)
+
+
+async def test_the_replay_record_refuses_an_expiry_that_is_not_a_number() -> None:
+    record = MemoryReplayCache()
+    for never in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="finite"):
+            await record.first_use("a", never)
+    assert len(record) == 0
+
+
+def _collector_visits(record: MemoryReplayCache) -> int:
+    """How many objects the cyclic garbage collector visits when it walks ``record``'s state:
+    the referents of each object it tracks, from the record's attributes down (types, which
+    are not the record's, left out)."""
+    visits, seen = 0, set()
+    pending: list[Any] = [vars(record)]
+    while pending:
+        for referent in gc.get_referents(pending.pop()):
+            visits += 1
+            if isinstance(referent, type):
+                continue
+            if gc.is_tracked(referent) and id(referent) not in seen:
+                seen.add(id(referent))
+                pending.append(referent)
+    return visits
+
+
+async def test_the_collector_walks_a_few_objects_of_a_replay_record_of_any_size() -> None:
+    record = MemoryReplayCache()
+    now = time.time()
+    for i in range(3000):  # a thousand proofs a second, for three seconds
+        assert await record.first_use(f"proof-{i}", int(now) + 300 + i // 1000)
+    gc.collect()
+    assert len(record) == 3000
+    assert _collector_visits(record) < 30
 
 
 async def test_a_full_replay_record_gives_503_not_a_pass(
