@@ -18,18 +18,19 @@ import hashlib
 import heapq
 import hmac
 import math
-import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import jwt as pyjwt
 import orjson
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, rsa, utils
 
 from mcpauth import jwt
 from mcpauth.errors import InvalidDPoPProof, UseDPoPNonce
@@ -56,8 +57,8 @@ CLOCK_SKEW = 30  # seconds a proof's iat may lie in the future
 _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HEX = frozenset("0123456789abcdefABCDEF")
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_BASE64URL_BYTES = _BASE64URL.encode("ascii")
 # The last character of a canonical segment leaves its unused bits at zero (RFC 4648 §3.5):
 # 4 of them after 2 characters of a group, 2 after 3.
 _CANONICAL_LAST = {
@@ -65,6 +66,9 @@ _CANONICAL_LAST = {
     3: frozenset(c for i, c in enumerate(_BASE64URL) if i % 4 == 0),
 }
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+# ES256 (RFC 7518 §3.4): ECDSA on P-256 over the SHA-256 of the signing input
+_ES256_PREHASHED = ec.ECDSA(utils.Prehashed(hashes.SHA256()))
 # A client signs all its proofs with one key, so the same header comes with each of them:
 # the checked key of a header is kept (bounded; what fails a check is never kept).
 _HEADER_CACHE_SIZE = 256
@@ -90,7 +94,8 @@ class DPoPProof:
 
 def _b64url_sha256(value: str) -> str:
     digest = hashlib.sha256(value.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    # 32 bytes: 43 characters and one "=" of padding
+    return binascii.b2a_base64(digest, newline=False)[:43].translate(_TO_URLSAFE).decode("ascii")
 
 
 def access_token_hash(access_token: str) -> str:
@@ -135,7 +140,42 @@ def normal_htu(url: str) -> str:
     return f"{scheme}://{netloc}{_normal_path(parts.path)}"
 
 
-def _public_key(header: Mapping[str, Any], alg: str) -> tuple[Any, str]:
+Verify = Callable[[bytes, bytes], bool]  # (signing input, signature) -> whether it verifies
+
+
+def _es256(key: ec.EllipticCurvePublicKey) -> Verify:
+    """The ES256 check of PyJWT's algorithm (RFC 7518 §3.4: ``R || S``, 32 bytes each, of an
+    ECDSA P-256 signature over the SHA-256 of the signing input), with the digest made by
+    hashlib and no Python between it and OpenSSL: a few microseconds less on every request."""
+
+    def verify(signing_input: bytes, signature: bytes) -> bool:
+        if len(signature) != 64:
+            return False
+        r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
+        digest = hashlib.sha256(signing_input).digest()
+        try:
+            key.verify(utils.encode_dss_signature(r, s), digest, _ES256_PREHASHED)
+        except InvalidSignature:
+            return False
+        return True
+
+    return verify
+
+
+def _verifier(key: pyjwt.PyJWK) -> Verify:
+    """How a proof signed with ``key`` (of its ``alg``) is verified."""
+    public = key.key
+    if (
+        key.algorithm_name == "ES256"
+        and isinstance(public, ec.EllipticCurvePublicKey)
+        and isinstance(public.curve, ec.SECP256R1)
+    ):
+        return _es256(public)
+    algorithm = key.Algorithm
+    return lambda signing_input, signature: bool(algorithm.verify(signing_input, public, signature))
+
+
+def _public_key(header: Mapping[str, Any], alg: str) -> tuple[Verify, str]:
     jwk = header.get("jwk")
     if not isinstance(jwk, dict):
         raise InvalidDPoPProof("The DPoP proof's header must carry its public key as jwk")
@@ -150,7 +190,7 @@ def _public_key(header: Mapping[str, Any], alg: str) -> tuple[Any, str]:
         raise InvalidDPoPProof("The DPoP proof's jwk is not a usable key for its alg") from exc
     if isinstance(key.key, rsa.RSAPublicKey) and not 2048 <= key.key.key_size <= 4096:
         raise InvalidDPoPProof("The DPoP proof's RSA key must be 2048 to 4096 bits")
-    return key, thumbprint
+    return _verifier(key), thumbprint
 
 
 def _segment(value: str) -> bytes:
@@ -161,12 +201,15 @@ def _segment(value: str) -> bytes:
         ValueError: anything else.
     """
     tail = len(value) % 4
-    if tail == 1 or not _SEGMENT.fullmatch(value):
+    # what is left once every character of the alphabet is deleted (a C loop) is nothing
+    if tail == 1 or not value or not value.isascii():
+        raise ValueError("not a base64url segment")
+    data = value.encode("ascii")
+    if data.translate(None, _BASE64URL_BYTES):
         raise ValueError("not a base64url segment")
     if tail and value[-1] not in _CANONICAL_LAST[tail]:
         raise ValueError("not the canonical encoding")
-    padded = value.encode("ascii").translate(_TO_STANDARD) + b"=" * (-tail % 4)
-    return binascii.a2b_base64(padded, strict_mode=True)
+    return binascii.a2b_base64(data.translate(_TO_STANDARD) + b"=" * (-tail % 4), strict_mode=True)
 
 
 def _json_object(segment: bytes) -> dict[str, Any]:
@@ -182,9 +225,9 @@ def _json_object(segment: bytes) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=_HEADER_CACHE_SIZE)
-def _header_key(segment: str, algorithms: tuple[str, ...]) -> tuple[Any, str]:
-    """The public key of a proof's header segment, checked (``typ``, an allowed ``alg``, no
-    extensions, a public ``jwk`` of that algorithm), and its thumbprint.
+def _header_key(segment: str, algorithms: tuple[str, ...]) -> tuple[Verify, str]:
+    """The signature check with the public key of a proof's header segment, checked (``typ``,
+    an allowed ``alg``, no extensions, a public ``jwk`` of that algorithm), and its thumbprint.
 
     Raises:
         InvalidDPoPProof: a check failed (nothing is cached then).
@@ -209,7 +252,7 @@ def _verified_claims(
     """The claims of the one proof in ``values``, its signature verified with its own public
     key of an allowed algorithm, and that key's thumbprint. The compact JWS is read once, here
     (PyJWT's decoder would read it twice and its header again); the signature is checked by
-    PyJWT's algorithm for ``alg``."""
+    PyJWT's algorithm for ``alg`` (ES256: the same check, made directly, :func:`_es256`)."""
     if len(values) != 1:
         raise InvalidDPoPProof(
             "Exactly one DPoP header is required" if values else "A DPoP proof is required"
@@ -220,13 +263,13 @@ def _verified_claims(
     parts = proof.split(".")
     if len(parts) != 3:
         raise InvalidDPoPProof("The DPoP proof is not a JWT")
-    key, thumbprint = _header_key(parts[0], tuple(algorithms))
+    verify, thumbprint = _header_key(parts[0], tuple(algorithms))
     try:
         payload, signature = _segment(parts[1]), _segment(parts[2])
     except ValueError as exc:
         raise InvalidDPoPProof("The DPoP proof cannot be read") from exc
     signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")  # both segments are base64url
-    if not key.Algorithm.verify(signing_input, key.key, signature):
+    if not verify(signing_input, signature):
         raise InvalidDPoPProof("The DPoP proof's signature does not verify")
     try:
         claims = _json_object(payload)
@@ -262,7 +305,7 @@ def _same_uri(htu: object, url: str) -> bool:
 
 def _check_request(claims: Mapping[str, Any], method: str, url: str, now: float) -> None:
     """``jti``, ``htm``, ``htu`` and ``iat`` against the request and the clock."""
-    jti, htm, htu, iat = (claims.get(name) for name in ("jti", "htm", "htu", "iat"))
+    jti, htm, htu, iat = claims.get("jti"), claims.get("htm"), claims.get("htu"), claims.get("iat")
     if not isinstance(jti, str) or not 8 <= len(jti) <= 256:
         raise InvalidDPoPProof("The DPoP proof needs a jti of 8 to 256 characters")
     if htm != method.upper():

@@ -133,6 +133,15 @@ def _with_signature(signature: str) -> str:
     return f"{head}.{payload}.{signature}"
 
 
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def _s_out_of_range() -> str:
+    """The good signature's R with S the order of P-256's group (S must be below it)."""
+    signature = base64.urlsafe_b64decode(_signed_segments().split(".")[2] + "==")
+    return _with_signature(_raw(signature[:32] + P256_ORDER.to_bytes(32, "big")))
+
+
 def _c(**changes: Any) -> str:
     return _proof(_claims(**changes))
 
@@ -208,6 +217,11 @@ HOSTILE: list[tuple[str, Callable[[], str | list[str]], dict[str, Any], str]] = 
     ("a padded signature", lambda: _signed_segments() + "=", {}, "cannot be read"),
     ("a signature of the wrong length", lambda: _with_signature(_raw(b"x" * 63)), {},
      "signature does not verify"),
+    ("a signature one byte too long", lambda: _with_signature(_raw(b"x" * 65)), {},
+     "signature does not verify"),
+    ("a signature of zeros", lambda: _with_signature(_raw(bytes(64))), {},
+     "signature does not verify"),
+    ("a signature whose S is out of range", _s_out_of_range, {}, "signature does not verify"),
     ("typ JWT", lambda: _proof(header={"typ": "JWT"}), {}, r"typ must be dpop\+jwt"),
     ("no typ", lambda: _proof(header={"typ": None}), {}, r"typ must be dpop\+jwt"),
     ("alg none", lambda: _unsigned("none"), {}, "alg must be one of"),
