@@ -7,6 +7,9 @@ is the protection, not an MCP server:
     python apps.py mcpauth  --fd N --issuer URL --resource URL   (ProtectedResourceMiddleware:
                                                                   Bearer and DPoP tokens)
     python apps.py sdk      --fd N --issuer URL --resource URL   (the MCP SDK's own bearer auth)
+    python apps.py mcpauth-verify ...   (the mcpauth one behind one bare ES256 verification per
+                                         request: what a proof check cannot go below)
+    python apps.py tools-verify ...     (the same around bench/middleware/apps.py's SDK app)
 
 The SDK ships no JWT verifier: its row verifies with mcpauth's JWTVerifier through ``ForSDK``,
 as an SDK server using mcpauth's verifier would; the SDK's backend calls it on every request.
@@ -18,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from pydantic import AnyHttpUrl
@@ -29,6 +34,7 @@ from starlette.routing import Route
 # the repository root, for bench/, after PYTHONPATH: run.py puts the checkout whose mcpauth is
 # measured (this one, or a baseline) there
 sys.path.append(str(Path(__file__).resolve().parents[2]))
+from bench.middleware import apps as sdk_apps
 from bench.middleware.apps import authorization_server, serve_role
 from mcpauth.middleware import (
     ForSDK,
@@ -68,6 +74,23 @@ def with_mcpauth(issuer: str, resource: str) -> Any:
     )
 
 
+def verifying(app: Any) -> Any:
+    """``app`` behind one ES256 verification per HTTP request, of a signature made at start-up
+    over as many bytes as a proof's signing input: the cost of the signature alone, in the
+    server, with the caches as the rest of the request leaves them."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    message = b"." * 430
+    signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
+    public = key.public_key()
+
+    async def verified(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            public.verify(signature, message, ec.ECDSA(hashes.SHA256()))
+        await app(scope, receive, send)
+
+    return verified
+
+
 def with_sdk(issuer: str, resource: str) -> Any:
     verifier = ForSDK(JWTVerifier(issuer, resource))
     backend = BearerAuthBackend(verifier, resource_server_url=AnyHttpUrl(resource))
@@ -88,6 +111,10 @@ def main(argv: list[str]) -> None:
             "bare": lambda args: trivial,
             "mcpauth": lambda args: with_mcpauth(args.issuer, args.resource),
             "sdk": lambda args: with_sdk(args.issuer, args.resource),
+            "mcpauth-verify": lambda args: verifying(with_mcpauth(args.issuer, args.resource)),
+            "tools-verify": lambda args: verifying(
+                sdk_apps.with_mcpauth(args.issuer, args.resource)
+            ),
         },
         argv,
     )
