@@ -171,6 +171,19 @@ def test_each_allowed_key_type_passes(key: Any) -> None:
     _check(make_proof(key, alg=alg, method="POST", url=URL, now=NOW))
 
 
+def test_ath_is_that_of_rfc_9449s_example() -> None:
+    # RFC 9449 §7.1: the example's access token and the ath of its proof
+    token = "Kz~8mXK1EalYznwH-LC-1fBAo.4Ljp~zsPE_NeO.gxU"
+    assert access_token_hash(token) == "fUHyO2r2Z3DZ53EsNrWBb0xWXoaNy59IiKCAqksmQEo"
+
+
+def test_the_replay_key_is_the_base64url_sha256_of_thumbprint_and_jti() -> None:
+    # replicas of different versions share a record: the key must not change form
+    checked = _check(_proof())
+    digest = hashlib.sha256(f"{checked.jkt}:{checked.jti}".encode()).digest()
+    assert checked.replay_key == base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
 def test_a_resource_server_checks_ath_and_the_bound_key() -> None:
     proof = make_proof(KEY, alg="ES256", method="POST", url=URL, access_token=TOKEN, now=NOW)
     jkt = jwt.thumbprint(_jwk(KEY))
