@@ -388,8 +388,7 @@ def report(
         ("middleware_dpop", "the middleware on a DPoP request (the same, plus the proof and its "
          "replay record)"),
         ("replay_insert_sustained", "one insert into a replay record holding 330 s of 1000 "
-         "proofs/s, as many expiring (mean CPU µs, 4 MiB touched before each)"),
-        ("replay_gc_ms", "what that record adds to a full garbage collection (CPU ms)"),
+         "proofs/s, as many expiring (mean CPU µs, 4 MiB copied before each)"),
         ("replay_gc_visits", "the objects a full collection visits in that record"),
         ("replay_mib", "that record's memory (MiB)"),
     ]  # fmt: skip
