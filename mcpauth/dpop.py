@@ -460,8 +460,8 @@ class MemoryReplayCache:
         return len(self._entries)
 
     def _forget(self, second: int, now: float) -> None:
-        """Drop the entries filed under ``second`` that have expired at ``now``, unless their
-        key was recorded again since (under another expiry)."""
+        """Drop the entries filed under ``second`` that have expired at ``now`` (the current
+        second: some of its entries may have), as :meth:`_drop_expired` does."""
         filed = self._seconds[second]
         entries = self._entries
         for key, expires_at in [item for item in filed.items() if item[1] <= now]:
@@ -470,11 +470,13 @@ class MemoryReplayCache:
                 del entries[key]
 
     def _drop_expired(self, now: float) -> None:
-        """Drop every second whose entries have all expired (``expires_at <= now``)."""
-        heap = self._heap
+        """Drop every second whose entries have all expired (``expires_at <= now``), unless
+        their key was recorded again since (under another expiry)."""
+        heap, entries = self._heap, self._entries
         while heap and heap[0] + 1 <= now:
-            self._forget(heap[0], now)
-            del self._seconds[heapq.heappop(heap)]
+            for key, expires_at in self._seconds.pop(heapq.heappop(heap)).items():
+                if entries.get(key) == expires_at:
+                    del entries[key]
 
     async def first_use(self, key: str, expires_at: float) -> bool:
         """Record ``key`` until ``expires_at``; False if it is already recorded (a replay).

@@ -512,6 +512,18 @@ async def test_the_replay_record_frees_a_key_the_moment_its_proof_expires() -> N
             await record.first_use("d", start + 60)
 
 
+async def test_a_key_recorded_again_outlives_the_second_its_first_proof_expired_in() -> None:
+    record = MemoryReplayCache()
+    start = 1_800_000_000.25
+    with freeze_time(datetime.fromtimestamp(start, UTC)) as clock:
+        assert await record.first_use("a", start + 0.25)
+        clock.tick(0.25)
+        assert await record.first_use("a", start + 60)  # expired: recorded again
+        clock.tick(1)  # the second of its first expiry is dropped whole, not its new record
+        assert not await record.first_use("a", start + 60)
+        assert len(record) == 1
+
+
 async def test_the_replay_record_refuses_an_expiry_that_is_not_a_number() -> None:
     record = MemoryReplayCache()
     for never in (math.inf, math.nan):
