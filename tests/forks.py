@@ -146,11 +146,25 @@ def launch(path: str, program: Sequence[str]) -> int:
     signals this process is sent, and end as it ends: ``python -S tests/forks.py launch PATH
     PROGRAM...`` is a command another program (the conformance suite) can start by the dozen
     for a few milliseconds each, where an interpreter importing the MCP SDK takes a second."""
+    started: list[ForkedProcess] = []
+    early: list[int] = []  # signals that came before the child's pid did
+
+    def forward(number: int, _frame: object) -> None:
+        if started:
+            started[0].send_signal(number)
+        else:
+            early.append(number)
+
+    # before the child starts: a signal sent once it runs must reach it, and one sent to a
+    # launcher that inherited an ignored disposition would otherwise be lost
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
     child = ForkedProcess(
         [sys.executable, *program], env=os.environ, stdin=0, stdout=1, stderr=2, server=path
     )
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    started.append(child)
+    for number in early:
+        child.send_signal(number)
     code = child.wait()
     if code < 0:  # ended by a signal: end by the same one
         signal.signal(-code, signal.SIG_DFL)
