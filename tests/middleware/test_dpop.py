@@ -30,6 +30,8 @@ from freezegun import freeze_time
 
 from mcpauth import jwt
 from mcpauth.dpop import (
+    CLOCK_SKEW,
+    MAX_AGE,
     NONCE_WINDOW_SECONDS,
     DPoPNonces,
     MemoryReplayCache,
@@ -483,6 +485,18 @@ async def test_the_replay_record_is_bounded_and_refuses_rather_than_forgets() ->
     assert not await past.first_use("a", later)
     with pytest.raises(ValueError, match="at least 1"):
         MemoryReplayCache(max_entries=0)
+
+
+async def test_by_default_the_replay_record_holds_a_window_of_a_busy_process_s_proofs() -> None:
+    """A proof stays recorded for as long as it can be accepted; a record too small for the
+    proofs one process checks in that time answers 503 to every DPoP caller once full (one
+    process checks about 1,100 proofs a second behind an MCP SDK app)."""
+    record = MemoryReplayCache()
+    window = MAX_AGE + CLOCK_SKEW
+    expires_at = time.time() + window
+    for n in range(1_200 * window):
+        assert await record.first_use(f"proof-{n}", expires_at)
+    assert len(record) == 1_200 * window
 
 
 async def test_the_replay_record_forgets_in_order_of_expiry() -> None:
