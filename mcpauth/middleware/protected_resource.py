@@ -233,12 +233,12 @@ class ProtectedResourceMiddleware(AsyncClosing):
         # caller the scope policy covers (with tool calls decided, it is read for every POST)
         self._lists_filtered = filter_tools or tool_policy is not None
         self._scoped_body = self.policy.reads_body or filter_tools
-        self._traced: ASGIApp | None = None
+        self._serve_http: ASGIApp = self._http
         tracer = traces("mcpauth.middleware")
         if tracer is not None:  # imported only then: nothing of OpenTelemetry when off
             from mcpauth.middleware.tracing import TracedRequests
 
-            self._traced = TracedRequests(
+            self._serve_http = TracedRequests(
                 self._http,
                 tracer,
                 route=path_of(self.resource) or "/",
@@ -291,20 +291,7 @@ class ProtectedResourceMiddleware(AsyncClosing):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            if self._traced is not None:
-                await self._traced(scope, receive, send)  # _http, in a span
-                return
-            # _http inline: while the application runs, this is the middleware's one frame
-            # (every live object of a request in flight is walked by each garbage collection)
-            admitted = await self._admit(scope, receive, send)
-            if admitted is None:
-                return
-            caller, receive, send, raw = admitted
-            resets = caller.enter(scope, raw)
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                caller.leave(resets)
+            await self._serve_http(scope, receive, send)  # _http, in a span when tracing
         elif scope["type"] == "lifespan":
             await self.app(scope, receive, self._lifespan_send(send))
         elif scope["type"] == "websocket":
@@ -315,7 +302,9 @@ class ProtectedResourceMiddleware(AsyncClosing):
             await self.app(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """An HTTP request (what :meth:`__call__` does inline, for the tracing wrapper)."""
+        """An HTTP request: admitted (or answered) before the application is called, so that
+        while it runs the middleware keeps two frames and few objects for the garbage collector
+        to walk."""
         admitted = await self._admit(scope, receive, send)
         if admitted is None:
             return

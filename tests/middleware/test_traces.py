@@ -158,4 +158,4 @@ async def test_with_tracing_off_the_middleware_serves_requests_directly(
     protect: MiddlewareFactory,
 ) -> None:
     middleware = protect()
-    assert middleware._traced is None  # no span wrapper: __call__ handles the request itself
+    assert middleware._serve_http == middleware._http
