@@ -127,9 +127,12 @@ def run_cli(
     env: Mapping[str, str] | None = None,
     stdin: str | None = None,
     cwd: str | Path | None = None,
+    fork: bool = True,
 ) -> subprocess.CompletedProcess[str]:
+    """``mcpauth ARGS`` run to completion, its output captured; forked from the pre-imported
+    process when it can be (tests/forks.py), unless ``fork=False`` asks for exec."""
     environment = {**os.environ, **(env or {})}
-    if forks.forkable([MCPAUTH, *args], environment):  # forked, not exec'd (tests/forks.py)
+    if fork and forks.forkable([MCPAUTH, *args], environment):
         return forks.run([MCPAUTH, *args], env=environment, stdin=stdin, cwd=cwd, timeout=60)
     return subprocess.run(
         [MCPAUTH, *args],

@@ -16,21 +16,13 @@ from pathlib import Path
 import pytest
 
 from . import forks
-from .support import MCPAUTH
+from .support import MCPAUTH, run_cli
 
 
 def exec_cli(
     args: list[str], env: dict[str, str], stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [MCPAUTH, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    return run_cli(args, env=env, stdin=stdin, fork=False)
 
 
 def forked(
