@@ -155,8 +155,8 @@ def launch(path: str, program: Sequence[str]) -> int:
         else:
             early.append(number)
 
-    # before the child starts: a signal sent once it runs must reach it, and one sent to a
-    # launcher that inherited an ignored disposition would otherwise be lost
+    # before the child starts: a signal sent once it runs must reach it, even one that comes
+    # before its pid does (with the default disposition it would end the launcher alone)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     child = ForkedProcess(
